@@ -1,0 +1,65 @@
+"""The `collapse-hpo` command line.
+
+Each sub-command lives in its own module under ``collapse_hpo.hpo.commands`` and exposes ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Modules keep heavy imports (torch, ray, optuna) inside
+``run`` so that ``collapse-hpo --help`` and the predictor commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from collapse_hpo.predictors.errors import InputError
+
+# Sub-command name -> module. The order here is the order in `--help`.
+COMMANDS: dict[str, str] = {}
+
+
+def _register() -> None:
+    names = [
+        "run", "resume", "report", "dashboard",
+        "calibrate", "predict", "train", "replay", "monitor",
+    ]
+    for name in names:
+        module = f"collapse_hpo.hpo.commands.{name}"
+        if importlib.util.find_spec(module) is not None:
+            COMMANDS[name] = module
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available sub-command."""
+    _register()
+    parser = argparse.ArgumentParser(
+        prog="collapse-hpo",
+        description="Hyperparameter sweeps for LLM training with collapse-based early stopping.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script. Bad input gives one line on stderr and exit status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except (InputError, FileNotFoundError) as err:
+        print(f"collapse-hpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"collapse-hpo {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

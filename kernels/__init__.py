@@ -1,0 +1,1 @@
+"""Triton kernels beside their autograd functions and torch references (fused linear + cross-entropy)."""

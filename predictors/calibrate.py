@@ -1,0 +1,631 @@
+"""Calibration of the surrogate's constants (b_c, b_e, q_c, q_e[, m]) from reference curves.
+
+The paper's recipe (METHOD.md §3): normalize each curve by its final loss, then minimize the MAE between ℓ
+and ℓ̂ over t̂ ∈ [0.2, 1] by an alternating grid search (the b pair with q fixed, then the q pair with b fixed,
+until nothing changes). We refine the grid optimum with lmfit (Nelder–Mead on the same objective). Every
+curve counts equally, and within a curve every t̂ counts equally (trapezoid weights on a common grid),
+however densely it was logged.
+
+Two additions serve early prediction (the "gap" of the paper's recipe: a fit good on [0.2, 1] can still
+predict the final loss badly from 10–20%):
+
+- ``fit_start`` sets the fit region [fit_start, 1] (the paper: 0.2);
+- ``predict_weight`` adds to the objective the mean |log(c_p / L(1))| of the early-align predictions c_p made
+  from the first p ∈ ``predict_fractions`` of each reference curve, so the constants are chosen for what they
+  are used for. 0 gives the paper's objective.
+
+After the fit, the error model: each curve group (runs with equal controls, e.g. seeds of one size) is held
+out in turn (at most ``folds`` folds), the surrogate is refit on the rest, and the held-out curves' final
+losses are predicted from their first p of training (the real `predict_final_loss` on the truncated raw
+curve). The residuals log(actual/predicted) by p become the surrogate's ``error_bands``. With a single group
+the residuals are in-sample, and the calibration notes say so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from collapse_hpo.predictors.collapse import smooth as smooth_curve
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import predict_final_loss
+from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
+
+ERROR_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+PREDICT_FRACTIONS = (0.1, 0.2, 0.3)
+GRID = np.linspace(0.005, 1.0, 200)
+# A law whose control varies by less than this ratio over the reference set is not identifiable: constant.
+MIN_LAW_RANGE = 1.2
+SCALE_FLOOR = 1e-4
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """One row of the fit table: how well the calibrated ℓ̂ matches one reference curve.
+
+    ``mae`` is the mean |ℓ − ℓ̂| over t̂ ∈ [fit_start, 1]; ``mae_paper`` over [0.2, 1] (the paper's measure);
+    ``pred_error`` maps a fraction p to the held-out relative error predicted/actual − 1 of the final loss.
+    """
+
+    run: str
+    tau: float | None
+    tpp: float
+    b: float
+    q: float
+    mae: float
+    mae_paper: float
+    pred_error: dict[float, float | None]
+
+
+@dataclass
+class Calibration:
+    """A calibrated surrogate with its fit table and notes (degenerate laws, the m check, fit settings)."""
+
+    surrogate: Surrogate
+    table: list[CurveFit]
+    mean_mae: float
+    mean_mae_paper: float
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def format_table(self) -> str:
+        """The fit table as aligned text: one row per curve, then the means and the notes."""
+        fr = [p for p in (0.1, 0.2, 0.3) if any(p in r.pred_error for r in self.table)]
+        head = f"{'run':<28} {'tau':>8} {'tpp':>9} {'b':>8} {'q':>7} {'MAE%':>7} {'MAE%[.2,1]':>10}"
+        head += "".join(f" {'err@' + format(p, 'g'):>9}" for p in fr)
+        lines = [head, "-" * len(head)]
+        for r in self.table:
+            tau = "none" if r.tau is None else f"{r.tau:.4g}"
+            row = (
+                f"{r.run[:28]:<28} {tau:>8} {r.tpp:>9.4g} {r.b:>8.4g} {r.q:>7.4g} {100 * r.mae:>7.3f} "
+                f"{100 * r.mae_paper:>10.3f}"
+            )
+            for p in fr:
+                e = r.pred_error.get(p)
+                row += f" {'-' if e is None else format(100 * e, '+.2f') + '%':>9}"
+            lines.append(row)
+        lines.append("-" * len(head))
+        lines.append(
+            f"mean MAE {100 * self.mean_mae:.3f}% over the fit region, {100 * self.mean_mae_paper:.3f}% "
+            f"over t_hat [0.2, 1]; {len(self.table)} curves; {self.seconds:.1f} s"
+        )
+        s = self.surrogate
+        lines.append(
+            f"b = {s.b_c:.5g} * tau^{s.b_e:.4g} ({s.tau_law})   q = {s.q_c:.5g} * tpp^{s.q_e:.4g} "
+            f"({s.tpp_law})   m = {s.m:.4g}   align = {s.align}, window t_hat >= {s.align_start:g}*p"
+        )
+        for band in s.error_bands:
+            lines.append(
+                f"error model at p={band.fraction:g}: bias {100 * band.bias:+.2f}%, "
+                f"scale {100 * band.scale:.2f}%, max |err| {100 * band.max_abs:.2f}% (n={band.n})"
+            )
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+@dataclass
+class _Data:
+    """Reference curves on the common grid, as arrays (C curves × G grid points)."""
+
+    ell: np.ndarray  # normalized loss ℓ = L/L(1)
+    eta: np.ndarray  # η(t̂)/peak
+    eta1: np.ndarray  # η(1) per curve
+    valid: np.ndarray  # grid point inside the curve's observed range
+    w_fit: np.ndarray  # trapezoid weights over [fit_start, 1], each curve's row sums to 1
+    w_paper: np.ndarray  # the same over [0.2, 1]
+    w_pred: list[np.ndarray]  # per predict fraction: weights of the align window (rows sum to 1 or 0)
+    has_pred: np.ndarray  # (P, C): curve has an align window at that fraction
+    log_tau: np.ndarray  # log(τ/τ0), 0 for a constant law
+    log_tpp: np.ndarray  # log(TPP/TPP0), 0 for a constant law
+    log_r: np.ndarray  # log((1+ε1)/(t̂+ε1)) on the grid
+
+
+def _trapezoid(grid: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    w = np.zeros_like(grid)
+    idx = np.flatnonzero(mask)
+    if idx.size >= 2:
+        t = grid[idx]
+        ww = np.empty(idx.size)
+        ww[1:-1] = 0.5 * (t[2:] - t[:-2])
+        ww[0] = 0.5 * (t[1] - t[0])
+        ww[-1] = 0.5 * (t[-1] - t[-2])
+        w[idx] = ww / ww.sum()
+    elif idx.size == 1:
+        w[idx] = 1.0
+    return w
+
+
+def _laws(curves: Sequence[Curve], min_range: float) -> tuple[str, str, float, float, list[str]]:
+    notes = []
+    taus = [c.tau for c in curves]
+    none = [t is None for t in taus]
+    if any(none) and not all(none):
+        runs = ", ".join(c.run for c in curves if c.tau is None)[:200]
+        raise InputError(
+            f"calibrate: some runs have no weight decay (tau empty: {runs}) and others have a tau; "
+            "calibrate them separately"
+        )
+    if all(none):
+        tau_law, tau0 = "constant", 1.0
+        notes.append("no run has weight decay (tau empty): b(tau) degenerates to the constant b = b_c")
+    else:
+        tv = np.array(taus, dtype=float)
+        tau0 = float(np.exp(np.mean(np.log(tv))))
+        if tv.max() / tv.min() < min_range:
+            tau_law = "constant"
+            what = (
+                "a single tau"
+                if np.allclose(tv, tv[0], rtol=1e-9)
+                else f"tau values spanning only {tv.min():.4g} to {tv.max():.4g} (< x{min_range:g})"
+            )
+            notes.append(
+                f"the reference set has {what}: b(tau) degenerates to the constant b = b_c (b_e = 0)"
+            )
+        else:
+            tau_law = "power"
+    pv = np.array([c.tpp for c in curves], dtype=float)
+    tpp0 = float(np.exp(np.mean(np.log(pv))))
+    if pv.max() / pv.min() < min_range:
+        tpp_law = "constant"
+        what = (
+            "a single tpp"
+            if np.allclose(pv, pv[0], rtol=1e-9)
+            else f"tpp values spanning only {pv.min():.4g} to {pv.max():.4g} (< x{min_range:g})"
+        )
+        notes.append(f"the reference set has {what}: q(tpp) degenerates to the constant q = q_c (q_e = 0)")
+    else:
+        tpp_law = "power"
+    return tau_law, tpp_law, tau0, tpp0, notes
+
+
+def _prepare(
+    curves: Sequence[Curve],
+    fit_start: float,
+    align_start: float,
+    predict_fractions: Sequence[float],
+    smooth_width: float,
+    tau0: float,
+    tpp0: float,
+    tau_law: str,
+    tpp_law: str,
+    eps1: float,
+) -> _Data:
+    C, G = len(curves), GRID.size
+    ell = np.ones((C, G))
+    eta = np.zeros((C, G))
+    eta1 = np.zeros(C)
+    valid = np.zeros((C, G), dtype=bool)
+    for i, c in enumerate(curves):
+        ok = np.isfinite(c.loss) & np.isfinite(c.t_hat)
+        t, y = c.t_hat[ok], c.loss[ok]
+        order = np.argsort(t, kind="stable")
+        t, y = t[order], y[order]
+        if smooth_width > 0:
+            y = smooth_curve(t, y, smooth_width)
+        final = float(y[-1])
+        inside = (t[0] - 1e-12 <= GRID) & (t[-1] + 1e-12 >= GRID)
+        valid[i] = inside
+        ell[i] = np.interp(GRID, t, y) / final
+        eta[i] = np.asarray(c.schedule(GRID), dtype=float)
+        eta1[i] = float(c.schedule(1.0))
+    w_fit = np.vstack([_trapezoid(GRID, valid[i] & (fit_start <= GRID)) for i in range(C)])
+    w_paper = np.vstack([_trapezoid(GRID, valid[i] & (GRID >= 0.2)) for i in range(C)])
+    w_pred, has = [], []
+    for p in predict_fractions:
+        rows = [
+            _trapezoid(GRID, valid[i] & (align_start * p <= GRID) & (p + 1e-12 >= GRID)) for i in range(C)
+        ]
+        m = np.vstack(rows)
+        w_pred.append(m)
+        has.append(np.count_nonzero(m, axis=1) >= 3)
+    log_tau = (
+        np.zeros(C) if tau_law == "constant" else np.log(np.array([c.tau for c in curves], float) / tau0)
+    )
+    log_tpp = (
+        np.zeros(C) if tpp_law == "constant" else np.log(np.array([c.tpp for c in curves], float) / tpp0)
+    )
+    return _Data(
+        ell=ell,
+        eta=eta,
+        eta1=eta1,
+        valid=valid,
+        w_fit=w_fit,
+        w_paper=w_paper,
+        w_pred=w_pred,
+        has_pred=np.array(has).reshape(len(predict_fractions), C),
+        log_tau=log_tau,
+        log_tpp=log_tpp,
+        log_r=np.log((1.0 + eps1) / (GRID + eps1)),
+    )
+
+
+def _shapes(
+    d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float, idx: np.ndarray | None = None
+) -> np.ndarray:
+    """ℓ̂ for parameter sets: b, q of shape (K, C') for curves ``idx`` → (K, C', G)."""
+    sel = slice(None) if idx is None else idx
+    first = np.exp(m * d.log_r)  # (G,)
+    le = np.log(d.eta[sel] + eps2)  # (C', G)
+    le1 = np.log(d.eta1[sel] + eps2)  # (C',)
+    p = np.exp(q[:, :, None] * le[None])
+    p1 = np.exp(q * le1[None])
+    return (first[None, None, :] + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
+
+
+def _objective(
+    d: _Data, shapes: np.ndarray, predict_weight: float, idx: np.ndarray | None = None
+) -> np.ndarray:
+    """Objective per parameter set (K,): mean over curves of the fit MAE, plus predict_weight times the mean
+    |log c_p/L(1)| of the early-align predictions."""
+    sel = slice(None) if idx is None else idx
+    ell = d.ell[sel]
+    mae = np.sum(np.abs(ell[None] - shapes) * d.w_fit[sel][None], axis=2)  # (K, C')
+    obj = mae.mean(axis=1)
+    if predict_weight > 0:
+        errs = []
+        for j, w in enumerate(d.w_pred):
+            wj = w[sel]
+            has = d.has_pred[j][sel]
+            if not has.any():
+                continue
+            num = np.sum(wj[None] * ell[None] * shapes, axis=2)  # Σ w ℓ ℓ̂
+            den = np.sum(wj * ell * ell, axis=1)  # Σ w ℓ²
+            with np.errstate(divide="ignore", invalid="ignore"):
+                err = np.abs(np.log(np.where(num > 0, num, np.nan) / np.where(den > 0, den, np.nan)))
+            errs.append(_nanmean(np.where(has[None], err, np.nan), axis=1))
+        if errs:
+            obj = obj + predict_weight * _nanmean(np.vstack(errs), axis=0)
+    return obj
+
+
+def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
+    """np.nanmean without the warning on all-NaN slices (they give NaN; the grid search skips them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+@dataclass
+class _Params:
+    lb0: float = 0.0  # log b0
+    b_e: float = 0.0
+    lq0: float = 0.0  # log q0
+    q_e: float = 0.0
+    m: float = 0.05
+
+
+def _bq(d: _Data, pr: _Params, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    sel = slice(None) if idx is None else idx
+    b = np.exp(pr.lb0 + pr.b_e * d.log_tau[sel])
+    q = np.exp(pr.lq0 + pr.q_e * d.log_tpp[sel])
+    return b, q
+
+
+def _eval(d: _Data, pr: _Params, eps2: float, predict_weight: float, idx: np.ndarray | None = None) -> float:
+    b, q = _bq(d, pr, idx)
+    return float(_objective(d, _shapes(d, b[None], q[None], pr.m, eps2, idx), predict_weight, idx)[0])
+
+
+def _grid_search(
+    d: _Data,
+    pr: _Params,
+    eps2: float,
+    predict_weight: float,
+    tau_power: bool,
+    tpp_power: bool,
+    idx: np.ndarray | None,
+    max_rounds: int = 8,
+) -> _Params:
+    """The paper's alternating grid search: the b pair with q fixed, then the q pair with b fixed."""
+    lb_grid = np.linspace(math.log(1e-3), math.log(1e2), 47)
+    be_grid = np.linspace(-2.0, 2.0, 21) if tau_power else np.zeros(1)
+    lq_grid = np.linspace(math.log(1e-2), math.log(2e1), 47)
+    qe_grid = np.linspace(-1.5, 1.5, 21) if tpp_power else np.zeros(1)
+    lt = d.log_tau if idx is None else d.log_tau[idx]
+    lp = d.log_tpp if idx is None else d.log_tpp[idx]
+    best = replace(pr)
+    prev = None
+    for _ in range(max_rounds):
+        # b pair, q fixed
+        LB, BE = np.meshgrid(lb_grid, be_grid, indexing="ij")
+        LB, BE = LB.ravel(), BE.ravel()
+        _, q = _bq(d, best, idx)
+        scores = np.empty(LB.size)
+        for s in range(0, LB.size, 64):
+            bb = np.exp(LB[s : s + 64, None] + BE[s : s + 64, None] * lt[None])
+            qq = np.broadcast_to(q[None], bb.shape)
+            scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, best.m, eps2, idx), predict_weight, idx)
+        k = int(np.nanargmin(scores))
+        best.lb0, best.b_e = float(LB[k]), float(BE[k])
+        # q pair, b fixed
+        LQ, QE = np.meshgrid(lq_grid, qe_grid, indexing="ij")
+        LQ, QE = LQ.ravel(), QE.ravel()
+        b, _ = _bq(d, best, idx)
+        scores = np.empty(LQ.size)
+        for s in range(0, LQ.size, 64):
+            qq = np.exp(LQ[s : s + 64, None] + QE[s : s + 64, None] * lp[None])
+            bb = np.broadcast_to(b[None], qq.shape)
+            scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, best.m, eps2, idx), predict_weight, idx)
+        k = int(np.nanargmin(scores))
+        best.lq0, best.q_e = float(LQ[k]), float(QE[k])
+        key = (best.lb0, best.b_e, best.lq0, best.q_e)
+        if key == prev:
+            break
+        prev = key
+    return best
+
+
+def _refine(
+    d: _Data,
+    start: _Params,
+    eps2: float,
+    predict_weight: float,
+    tau_power: bool,
+    tpp_power: bool,
+    free_m: bool,
+    idx: np.ndarray | None,
+) -> _Params:
+    """lmfit (Nelder–Mead) refinement of the grid optimum on the same objective."""
+    import lmfit
+
+    params = lmfit.Parameters()
+    params.add("lb0", value=start.lb0, min=math.log(1e-5), max=math.log(1e3))
+    params.add("b_e", value=start.b_e, min=-4.0, max=4.0, vary=tau_power)
+    params.add("lq0", value=start.lq0, min=math.log(1e-3), max=math.log(1e2))
+    params.add("q_e", value=start.q_e, min=-3.0, max=3.0, vary=tpp_power)
+    params.add("m", value=start.m, min=1e-3, max=0.6, vary=free_m)
+
+    def fun(p: lmfit.Parameters) -> float:
+        pr = _Params(p["lb0"].value, p["b_e"].value, p["lq0"].value, p["q_e"].value, p["m"].value)
+        v = _eval(d, pr, eps2, predict_weight, idx)
+        return v if math.isfinite(v) else 1e9
+
+    res = lmfit.minimize(
+        fun, params, method="nelder", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000}
+    )
+    v = res.params
+    out = _Params(v["lb0"].value, v["b_e"].value, v["lq0"].value, v["q_e"].value, v["m"].value)
+    return (
+        out
+        if _eval(d, out, eps2, predict_weight, idx) <= _eval(d, start, eps2, predict_weight, idx)
+        else start
+    )
+
+
+def _to_surrogate(
+    pr: _Params,
+    tau0: float,
+    tpp0: float,
+    tau_law: str,
+    tpp_law: str,
+    eps1: float,
+    eps2: float,
+    align: str,
+    align_start: float,
+) -> Surrogate:
+    b_e = pr.b_e if tau_law == "power" else 0.0
+    q_e = pr.q_e if tpp_law == "power" else 0.0
+    return Surrogate(
+        b_c=math.exp(pr.lb0) * tau0 ** (-b_e),
+        b_e=b_e,
+        q_c=math.exp(pr.lq0) * tpp0 ** (-q_e),
+        q_e=q_e,
+        eps1=eps1,
+        eps2=eps2,
+        m=pr.m,
+        tau_law=tau_law,
+        tpp_law=tpp_law,
+        align=align,
+        align_start=align_start,
+    )
+
+
+def _folds(groups: Sequence[Any], n_folds: int) -> list[np.ndarray]:
+    labels = list(dict.fromkeys(groups))
+    k = min(n_folds, len(labels))
+    out = []
+    for f in range(k):
+        held = {lab for j, lab in enumerate(labels) if j % k == f}
+        out.append(np.array([g in held for g in groups]))
+    return out
+
+
+def _group_key(c: Curve) -> tuple:
+    tau = None if c.tau is None else float(f"{c.tau:.3g}")
+    return (tau, float(f"{c.tpp:.3g}"))
+
+
+def _predict_errors(s: Surrogate, curves: Sequence[Curve], fractions: Sequence[float]) -> dict[int, dict]:
+    """log(actual/predicted) for each curve index and fraction (None when no prediction could be made)."""
+    out: dict[int, dict] = {}
+    for i, c in enumerate(curves):
+        actual = c.final_loss
+        row: dict[float, float | None] = {}
+        ok = np.isfinite(c.loss)
+        t, y = c.t_hat[ok], c.loss[ok]
+        for p in fractions:
+            keep = t <= p + 1e-9
+            pred = predict_final_loss(
+                t[keep], y[keep], surrogate=s, schedule=c.schedule, tau=c.tau, tpp=c.tpp, min_fraction=0.5 * p
+            )
+            row[p] = math.log(actual / pred.final_loss) if pred.ok and actual > 0 else None
+        out[i] = row
+    return out
+
+
+def calibrate(
+    curves: Sequence[Curve],
+    *,
+    fit_start: float = 0.2,
+    predict_weight: float = 1.0,
+    predict_fractions: Sequence[float] = PREDICT_FRACTIONS,
+    align: str = "sq",
+    align_start: float = 0.5,
+    free_m: bool | str = "auto",
+    eps1: float = 1e-3,
+    eps2: float = 0.1,
+    m: float = 0.05,
+    smooth_width: float = 0.0,
+    groups: Sequence[Any] | None = None,
+    folds: int = 5,
+    error_fractions: Sequence[float] = ERROR_FRACTIONS,
+    min_law_range: float = MIN_LAW_RANGE,
+) -> Calibration:
+    """Fit the surrogate's constants to reference curves and learn its prediction error model.
+
+    Args:
+        curves: complete reference curves (a finite loss at t̂ ≥ 0.99, ≥ 5 points in the fit region).
+        fit_start: the fit region is t̂ ∈ [fit_start, 1] (the paper: 0.2).
+        predict_weight: weight of the early-prediction term in the objective (0: the paper's MAE only).
+        predict_fractions: the fractions p of that term.
+        align, align_start: how predictions align (stored in the surrogate; see `predict_final_loss`).
+        free_m: False keeps m fixed; True frees it; "auto" (default) frees it only if that lowers the MAE
+            on held-out curve groups by more than 2%.
+        eps1, eps2, m: the paper's constants (m is the start value when freed).
+        smooth_width: local-linear smoothing half-width in t̂ applied before normalizing (0: none).
+        groups: a label per curve for the held-out folds (default: equal (τ, TPP) = one group).
+        folds: at most this many held-out folds for the error model and the m check.
+        error_fractions: the fractions p of the learned error model.
+        min_law_range: a control spanning less than this ratio gets a constant law.
+
+    Raises InputError when fewer than 1 usable curve is given, a curve is incomplete, or runs with and without
+    weight decay are mixed.
+    """
+    t0 = time.perf_counter()
+    curves = list(curves)
+    if not curves:
+        raise InputError("calibrate: no curves given")
+    if free_m not in (True, False, "auto"):
+        raise InputError(f"calibrate: free_m must be true, false or 'auto', got {free_m!r}")
+    for c in curves:
+        ok = np.isfinite(c.loss)
+        if not c.complete:
+            raise InputError(
+                f"calibrate: run {c.run!r} ends at t_hat={c.last_t_hat:.4g}; reference curves must "
+                "be complete (a finite loss at t_hat >= 0.99)"
+            )
+        if np.any(c.loss[ok] <= 0):
+            raise InputError(f"calibrate: run {c.run!r} has a non-positive loss")
+        if np.count_nonzero(ok & (c.t_hat >= fit_start)) < 5:
+            raise InputError(f"calibrate: run {c.run!r} has fewer than 5 points in t_hat [{fit_start:g}, 1]")
+    tau_law, tpp_law, tau0, tpp0, notes = _laws(curves, min_law_range)
+    tau_power, tpp_power = tau_law == "power", tpp_law == "power"
+    d = _prepare(
+        curves, fit_start, align_start, predict_fractions, smooth_width, tau0, tpp0, tau_law, tpp_law, eps1
+    )
+    labels = list(groups) if groups is not None else [_group_key(c) for c in curves]
+    if len(labels) != len(curves):
+        raise InputError("calibrate: groups must have one label per curve")
+
+    def fit(idx: np.ndarray | None, free: bool, start: _Params | None = None) -> _Params:
+        if start is None:
+            start = _grid_search(d, _Params(m=m), eps2, predict_weight, tau_power, tpp_power, idx)
+        return _refine(d, start, eps2, predict_weight, tau_power, tpp_power, free, idx)
+
+    base = fit(None, False)
+    fold_masks = _folds(labels, folds) if len(set(labels)) >= 2 else []
+    chosen_free = free_m is True
+    if free_m == "auto":
+        if not fold_masks:
+            notes.append(
+                "free_m='auto' needs 2 or more curve groups to check on held-out curves; m kept fixed"
+            )
+        else:
+            held = {False: [], True: []}
+            for mask in fold_masks:
+                train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
+                for free in (False, True):
+                    pr = fit(train, free, start=base)
+                    held[free].append(_eval(d, pr, eps2, 0.0, test))
+            fixed_mae, free_mae = float(np.mean(held[False])), float(np.mean(held[True]))
+            chosen_free = free_mae < 0.98 * fixed_mae
+            notes.append(
+                f"m check on held-out groups: MAE {100 * fixed_mae:.3f}% with m fixed at {m:g}, "
+                f"{100 * free_mae:.3f}% with m free; m {'freed' if chosen_free else 'kept fixed'}"
+            )
+    best = fit(None, True, start=base) if chosen_free else base
+    surrogate = _to_surrogate(best, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)
+
+    # Error model: held-out predictions from truncated curves.
+    residuals: dict[int, dict] = {}
+    if fold_masks:
+        for mask in fold_masks:
+            train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
+            pr = fit(train, chosen_free, start=best)
+            s_fold = _to_surrogate(pr, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)
+            errs = _predict_errors(s_fold, [curves[i] for i in test], error_fractions)
+            for j, i in enumerate(test):
+                residuals[int(i)] = errs[j]
+        kind = f"held out by group ({len(fold_masks)} folds over {len(set(labels))} groups)"
+    else:
+        residuals = _predict_errors(surrogate, curves, error_fractions)
+        kind = "in-sample (a single curve group: no held-out check possible; intervals are optimistic)"
+        notes.append(f"error model is {kind}")
+    bands = []
+    for p in error_fractions:
+        have = [i for i in residuals if residuals[i].get(p) is not None]
+        r = np.array([residuals[i][p] for i in have], dtype=float)
+        if r.size == 0:
+            continue
+        scale = float(np.std(r, ddof=1)) if r.size >= 2 else float(abs(r[0]))
+        # Runs of one group (seeds) miss together: the interval's t quantile counts groups, not runs.
+        n_groups = len({labels[i] for i in have})
+        bands.append(
+            ErrorBand(
+                fraction=float(p),
+                n=max(n_groups, 1) if fold_masks else int(r.size),
+                bias=float(np.mean(r)),
+                scale=max(scale, SCALE_FLOOR),
+                max_abs=float(np.max(np.abs(r))),
+            )
+        )
+    surrogate.error_bands = bands
+
+    b_all, q_all = _bq(d, best)
+    shapes = _shapes(d, b_all[None], q_all[None], best.m, eps2)[0]
+    table = []
+    for i, c in enumerate(curves):
+        err = np.abs(d.ell[i] - shapes[i])
+        pe = {
+            p: (None if residuals.get(i, {}).get(p) is None else math.exp(-residuals[i][p]) - 1.0)
+            for p in error_fractions
+        }
+        table.append(
+            CurveFit(
+                run=c.run,
+                tau=c.tau,
+                tpp=c.tpp,
+                b=float(b_all[i]),
+                q=float(q_all[i]),
+                mae=float(np.sum(err * d.w_fit[i])),
+                mae_paper=float(np.sum(err * d.w_paper[i])),
+                pred_error=pe,
+            )
+        )
+    surrogate.info = {
+        "fit_start": fit_start,
+        "predict_weight": predict_weight,
+        "predict_fractions": list(predict_fractions),
+        "smooth_width": smooth_width,
+        "free_m": chosen_free,
+        "n_curves": len(curves),
+        "mean_mae": float(np.mean([r.mae for r in table])),
+        "mean_mae_paper": float(np.mean([r.mae_paper for r in table])),
+        "error_model": kind,
+        "notes": list(notes),
+    }
+    return Calibration(
+        surrogate=surrogate,
+        table=table,
+        mean_mae=surrogate.info["mean_mae"],
+        mean_mae_paper=surrogate.info["mean_mae_paper"],
+        notes=notes,
+        seconds=time.perf_counter() - t0,
+    )

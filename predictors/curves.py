@@ -1,0 +1,233 @@
+"""Loss curves and their CSV format.
+
+A curve file has one row per logged point with the columns ``run``, ``t_hat`` (fraction of training tokens),
+``loss`` (empty where only the LR is known), ``lr`` (LR at that point; a run's schedule is lr/max(lr) over its
+rows), ``tau`` (AdamW timescale, a per-run constant; empty means no weight decay) and ``tpp`` (tokens per
+parameter, a per-run constant). Extra columns are ignored. Rows are numbered as lines of the file (the
+header is line 1). Every problem raises InputError naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.schedules import Schedule
+
+REQUIRED_COLUMNS = ("run", "t_hat", "loss", "lr", "tau", "tpp")
+_COLS = ", ".join(REQUIRED_COLUMNS)
+
+
+@dataclass
+class Curve:
+    """One training run's loss curve over t̂.
+
+    Attributes:
+        run: the run's name.
+        t_hat: training fractions (tokens seen / total tokens), sorted ascending.
+        loss: training loss at each t̂; NaN where only the LR is known.
+        lr: the LR at each t̂ (any units), or None.
+        schedule: the LR schedule shape (peak 1).
+        tau: AdamW timescale B/(ηλD); None when the run has no weight decay.
+        tpp: tokens per parameter D/N.
+        meta: free-form extras (e.g. synthetic ground truth); not written to CSV.
+    """
+
+    run: str
+    t_hat: np.ndarray
+    loss: np.ndarray
+    lr: np.ndarray | None = None
+    schedule: Schedule = field(default_factory=Schedule)
+    tau: float | None = None
+    tpp: float = 20.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.t_hat = np.asarray(self.t_hat, dtype=float)
+        self.loss = np.asarray(self.loss, dtype=float)
+        if self.lr is not None:
+            self.lr = np.asarray(self.lr, dtype=float)
+        if self.t_hat.shape != self.loss.shape or self.t_hat.ndim != 1:
+            raise InputError(f"curve {self.run!r}: t_hat and loss must be 1-D arrays of the same length")
+        if self.lr is not None and self.lr.shape != self.t_hat.shape:
+            raise InputError(f"curve {self.run!r}: lr must have the same length as t_hat")
+
+    @property
+    def observed(self) -> np.ndarray:
+        """Boolean mask of points with a finite loss."""
+        return np.isfinite(self.loss)
+
+    @property
+    def final_loss(self) -> float:
+        """The last finite loss of the curve (NaN when it has none)."""
+        idx = np.flatnonzero(self.observed)
+        return float(self.loss[idx[-1]]) if idx.size else math.nan
+
+    @property
+    def last_t_hat(self) -> float:
+        """t̂ of the last finite loss (NaN when it has none)."""
+        idx = np.flatnonzero(self.observed)
+        return float(self.t_hat[idx[-1]]) if idx.size else math.nan
+
+    @property
+    def complete(self) -> bool:
+        """True when the curve has a finite loss at t̂ ≥ 0.99 (its final loss is known)."""
+        last = self.last_t_hat
+        return bool(math.isfinite(last) and last >= 0.99)
+
+    def truncated(self, fraction: float) -> Curve:
+        """The same run with only the points at t̂ ≤ ``fraction`` (schedule and constants kept)."""
+        keep = self.t_hat <= fraction + 1e-12
+        return Curve(
+            run=self.run,
+            t_hat=self.t_hat[keep],
+            loss=self.loss[keep],
+            lr=None if self.lr is None else self.lr[keep],
+            schedule=self.schedule,
+            tau=self.tau,
+            tpp=self.tpp,
+            meta=dict(self.meta),
+        )
+
+
+def _parse_float(text: str, where: str, column: str, *, allow_empty: bool) -> float | None:
+    s = text.strip()
+    if s == "":
+        if allow_empty:
+            return None
+        raise InputError(f"{where}: column {column!r} is empty; give a number")
+    try:
+        return float(s)
+    except ValueError:
+        raise InputError(f"{where}: column {column!r} has {s!r}, which is not a number") from None
+
+
+def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
+    """Read a curve CSV (see the module docstring) into curves, in order of first appearance of each run.
+
+    Raises InputError (one line, naming file, line and column) for a missing file or column, a malformed or
+    out of range value, per-run constants that change between rows, or a run without any positive lr.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such curve file; give the path of a CSV with columns {_COLS}")
+    rows: dict[str, dict[str, list]] = {}
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise InputError(f"{p}: the file is empty; expected a header with {_COLS}") from None
+            names = [h.strip() for h in header]
+            missing = [c for c in REQUIRED_COLUMNS if c not in names]
+            if missing:
+                raise InputError(
+                    f"{p}: line 1: missing column(s) {', '.join(missing)}; "
+                    f"required: {', '.join(REQUIRED_COLUMNS)}"
+                )
+            col = {c: names.index(c) for c in REQUIRED_COLUMNS}
+            width = max(col.values()) + 1
+            for line_no, row in enumerate(reader, start=2):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                where = f"{p}: line {line_no}"
+                if len(row) < width:
+                    short = [c for c in REQUIRED_COLUMNS if col[c] >= len(row)]
+                    raise InputError(
+                        f"{where}: row has {len(row)} fields; column(s) {', '.join(short)} missing"
+                    )
+                run = row[col["run"]].strip()
+                if not run:
+                    raise InputError(f"{where}: column 'run' is empty; give the run's name")
+                t = _parse_float(row[col["t_hat"]], where, "t_hat", allow_empty=False)
+                assert t is not None
+                if not math.isfinite(t) or t < 0.0 or t > 1.0 + 1e-9:
+                    raise InputError(
+                        f"{where}: column 't_hat' is {t}; it must be a fraction of tokens in [0, 1]"
+                    )
+                loss = _parse_float(row[col["loss"]], where, "loss", allow_empty=True)
+                lr = _parse_float(row[col["lr"]], where, "lr", allow_empty=True)
+                if lr is not None and (not math.isfinite(lr) or lr < 0.0):
+                    raise InputError(f"{where}: column 'lr' is {lr}; it must be a non-negative finite number")
+                tau = _parse_float(row[col["tau"]], where, "tau", allow_empty=True)
+                if tau is not None and tau == math.inf:
+                    tau = None
+                if tau is not None and (not math.isfinite(tau) or tau <= 0.0):
+                    raise InputError(f"{where}: column 'tau' is {tau}; give a positive number, or leave it "
+                                     "empty for no weight decay")
+                tpp = _parse_float(row[col["tpp"]], where, "tpp", allow_empty=False)
+                assert tpp is not None
+                if not math.isfinite(tpp) or tpp <= 0.0:
+                    raise InputError(f"{where}: column 'tpp' is {tpp}; it must be a positive number")
+                r = rows.get(run)
+                if r is None:
+                    r = rows[run] = {"t": [], "loss": [], "lr": [], "tau": tau, "tpp": tpp, "line": line_no}
+                else:
+                    if r["tau"] != tau:
+                        raise InputError(f"{where}: column 'tau' changes within run {run!r} "
+                                         f"(line {r['line']} has {r['tau']}); it is a per-run constant")
+                    if not math.isclose(r["tpp"], tpp, rel_tol=1e-9):
+                        raise InputError(f"{where}: column 'tpp' changes within run {run!r} "
+                                         f"(line {r['line']} has {r['tpp']}); it is a per-run constant")
+                r["t"].append(t)
+                r["loss"].append(math.nan if loss is None else loss)
+                r["lr"].append(math.nan if lr is None else lr)
+    except UnicodeDecodeError as err:
+        raise InputError(f"{p}: not a UTF-8 text CSV file ({err.reason})") from None
+    except csv.Error as err:
+        raise InputError(f"{p}: malformed CSV ({err})") from None
+    if not rows:
+        raise InputError(f"{p}: no data rows; expected one row per logged point")
+    curves = []
+    for run, r in rows.items():
+        t = np.asarray(r["t"], dtype=float)
+        loss = np.asarray(r["loss"], dtype=float)
+        lr = np.asarray(r["lr"], dtype=float)
+        order = np.argsort(t, kind="stable")
+        t, loss, lr = t[order], loss[order], lr[order]
+        finite_lr = lr[np.isfinite(lr)]
+        if finite_lr.size == 0 or finite_lr.max() <= 0.0:
+            raise InputError(f"{p}: line {r['line']}: run {run!r} has no positive value in column 'lr'; "
+                             "give the LR at its points (its schedule is lr/max(lr))")
+        curves.append(
+            Curve(run=run, t_hat=t, loss=loss, lr=lr, schedule=Schedule.from_data(t, lr), tau=r["tau"],
+                  tpp=float(r["tpp"]))
+        )
+    return curves
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return repr(float(x))
+
+
+def write_curves_csv(path: str | os.PathLike[str], curves: list[Curve]) -> None:
+    """Write curves in the CSV format above, atomically (temp file + os.replace).
+
+    A curve without an ``lr`` array gets its schedule's η(t̂) (peak 1) in the lr column.
+    """
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(REQUIRED_COLUMNS)
+            for c in curves:
+                lr = c.lr if c.lr is not None else np.asarray(c.schedule(c.t_hat), dtype=float)
+                for t, loss, l_r in zip(c.t_hat, c.loss, lr):
+                    w.writerow([c.run, _fmt(t), _fmt(loss), _fmt(l_r), _fmt(c.tau), _fmt(c.tpp)])
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

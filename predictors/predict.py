@@ -1,0 +1,197 @@
+"""Final-loss prediction from a partial curve by early alignment (METHOD.md §4).
+
+Given a run's loss up to a training fraction p and its controls (schedule, τ, TPP), find the divisor c ≈ L(1)
+that maps the observed window onto the surrogate's ℓ̂. Three alignment losses, all closed form in u = 1/c:
+
+- ``sq``:  minimize Σ (L_i u − ℓ̂_i)²  →  u = Σ L_i ℓ̂_i / Σ L_i²  (the paper's formulation);
+- ``mae``: minimize Σ |L_i u − ℓ̂_i|   →  u = weighted median of ℓ̂_i / L_i with weights L_i;
+- ``log``: minimize Σ (log L_i − log c − log ℓ̂_i)²  →  log c = mean(log L_i − log ℓ̂_i).
+
+Each point is weighted by its share of t̂ (trapezoid weights), so the result does not depend on the logging
+density. The interval comes from the surrogate's learned error model at that fraction. `predict_final_loss`
+never raises on a curve: when no prediction can be made it returns a Prediction whose ``reason`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
+
+MIN_POINTS = 3
+_T_CACHE: dict[tuple[float, int], float] = {}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A final-loss prediction (loss units of the input curve).
+
+    Attributes:
+        final_loss: predicted final loss L(1), or None when no prediction could be made.
+        low, high: the interval at the requested confidence, or None (no error model, or no prediction).
+        fraction: training fraction t̂ of the last point used.
+        reason: why no prediction was made (None when ``final_loss`` is set).
+        n_points: points in the alignment window.
+        align_mae: mean |L_i/c − ℓ̂_i| over the window (how well the partial curve matches the surrogate).
+    """
+
+    final_loss: float | None
+    low: float | None
+    high: float | None
+    fraction: float
+    reason: str | None = None
+    n_points: int = 0
+    align_mae: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when a prediction was made."""
+        return self.final_loss is not None and self.reason is None
+
+
+def _fail(reason: str, fraction: float = 0.0, n: int = 0) -> Prediction:
+    return Prediction(final_loss=None, low=None, high=None, fraction=fraction, reason=reason, n_points=n)
+
+
+def spacing_weights(t_hat: np.ndarray) -> np.ndarray:
+    """Trapezoid weights of sorted t̂ samples (half the distance to the neighbours), so that an alignment is an
+    integral over t̂ and does not depend on how densely a trainer logged; uniform when all t̂ coincide."""
+    t = np.asarray(t_hat, dtype=float)
+    if t.size < 2:
+        return np.ones_like(t)
+    w = np.empty_like(t)
+    w[1:-1] = 0.5 * (t[2:] - t[:-2])
+    w[0] = 0.5 * (t[1] - t[0])
+    w[-1] = 0.5 * (t[-1] - t[-2])
+    total = w.sum()
+    return w / total if total > 0 else np.ones_like(t)
+
+
+def align_divisor(loss: np.ndarray, shape: np.ndarray, method: str = "sq", weights: np.ndarray | None = None
+                  ) -> float:
+    """The divisor c with loss/c ≈ shape (ℓ̂) under the alignment loss ``method``; NaN when degenerate.
+
+    ``weights`` (default uniform) weight each point's term in the loss.
+    """
+    w = np.ones_like(loss) if weights is None else weights
+    if method == "sq":
+        den = float(np.dot(w * loss, loss))
+        num = float(np.dot(w * loss, shape))
+        return den / num if num > 0 else math.nan
+    if method == "log":
+        return float(np.exp(np.dot(w, np.log(loss) - np.log(shape)) / np.sum(w)))
+    if method == "mae":
+        ratio = shape / loss
+        order = np.argsort(ratio)
+        cw = np.cumsum((w * loss)[order])
+        j = int(np.searchsorted(cw, 0.5 * cw[-1]))
+        u = float(ratio[order][min(j, ratio.size - 1)])
+        return 1.0 / u if u > 0 else math.nan
+    raise ValueError(f"unknown alignment loss {method!r}")
+
+
+def _t_quantile(confidence: float, n: int) -> float:
+    key = (round(confidence, 6), n)
+    v = _T_CACHE.get(key)
+    if v is None:
+        from scipy import stats
+
+        v = float(stats.t.ppf(0.5 + 0.5 * confidence, df=max(n - 1, 1)))
+        _T_CACHE[key] = v
+    return v
+
+
+def interval(
+    final_loss: float, band: ErrorBand | None, confidence: float
+) -> tuple[float | None, float | None]:
+    """The (low, high) interval around a predicted final loss from an error band (None, None without one).
+
+    With r = log(actual/predicted) ~ bias ± scale, the interval is a Student-t prediction interval for one new
+    run: final_loss · exp(bias ± t_{(1+confidence)/2, n−1} · scale · sqrt(1 + 1/n)).
+    """
+    if band is None:
+        return None, None
+    half = _t_quantile(confidence, band.n) * band.scale * math.sqrt(1.0 + 1.0 / band.n)
+    return final_loss * math.exp(band.bias - half), final_loss * math.exp(band.bias + half)
+
+
+def predict_final_loss(
+    t_hat: np.ndarray | list[float],
+    loss: np.ndarray | list[float],
+    *,
+    surrogate: Surrogate,
+    schedule: Schedule,
+    tau: float | None,
+    tpp: float,
+    min_fraction: float = 0.1,
+    confidence: float = 0.9,
+) -> Prediction:
+    """Predict the final loss of a run from its partial curve (t̂ = tokens seen / total tokens, loss).
+
+    Points may come in any order (repeats allowed). The prediction uses the points with t̂ in
+    [surrogate.align_start · p, p], p the last t̂. Returns a Prediction with a ``reason`` instead of raising
+    when:
+    the inputs are not 1-D arrays of equal length, a value is NaN/inf, a loss is ≤ 0, a t̂ lies outside
+    [0, 1], p < ``min_fraction``, fewer than 3 points are in the window, or the surrogate cannot serve these
+    controls (e.g. a τ law calibrated with weight decay and a run without).
+    """
+    try:
+        return _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+    except Exception as err:  # a curve must never crash a sweep: report the failure as a reason
+        return _fail(f"prediction failed: {type(err).__name__}: {err}")
+
+
+def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence) -> Prediction:
+    try:
+        t = np.asarray(t_hat, dtype=float)
+        y = np.asarray(loss, dtype=float)
+    except (TypeError, ValueError):
+        return _fail("t_hat and loss must be numeric sequences")
+    if t.ndim != 1 or y.ndim != 1 or t.shape != y.shape:
+        return _fail(f"t_hat and loss must be 1-D of equal length (got shapes {t.shape} and {y.shape})")
+    if t.size == 0:
+        return _fail("no points yet")
+    if not np.all(np.isfinite(t)):
+        return _fail("t_hat has NaN/inf values")
+    p = float(np.max(t))
+    if np.min(t) < 0.0 or p > 1.0 + 1e-9:
+        return _fail(f"t_hat outside [0, 1] (range {np.min(t):.4g} to {p:.4g}): a run reported past its end",
+                     fraction=min(p, 1.0))
+    if not np.all(np.isfinite(y)):
+        bad = float(t[np.flatnonzero(~np.isfinite(y))[0]])
+        return _fail(f"loss is NaN/inf at t_hat={bad:.4g} (the run diverged or logged a bad value)",
+                     fraction=p)
+    if np.any(y <= 0.0):
+        bad = float(t[np.flatnonzero(y <= 0.0)[0]])
+        return _fail(f"loss is not positive at t_hat={bad:.4g}", fraction=p)
+    if not 0.0 < confidence < 1.0:
+        return _fail(f"confidence must be in (0, 1), got {confidence}", fraction=p)
+    if p < min_fraction:
+        return _fail(f"fraction {p:.4g} is below min_fraction {min_fraction:g}", fraction=p)
+    window = t >= surrogate.align_start * p
+    n = int(np.count_nonzero(window))
+    distinct = int(np.unique(t[window]).size)
+    if distinct < MIN_POINTS:
+        return _fail(f"too few points to align: {distinct} distinct t_hat in "
+                     f"[{surrogate.align_start * p:.3g}, {p:.3g}], need {MIN_POINTS}", fraction=p, n=n)
+    order = np.argsort(t[window], kind="stable")
+    tw, yw = t[window][order], y[window][order]
+    try:
+        b, q = surrogate.b(tau), surrogate.q(tpp)
+    except ValueError as err:
+        return _fail(str(err), fraction=p, n=n)
+    shape = surrogate.normalized_bq(tw, np.asarray(schedule(tw), dtype=float), float(schedule(1.0)), b, q)
+    if not np.all(np.isfinite(shape)) or np.any(shape <= 0):
+        return _fail("the surrogate gives a non-finite or non-positive shape for these controls",
+                     fraction=p, n=n)
+    w = spacing_weights(tw)
+    c = align_divisor(yw, shape, surrogate.align, w)
+    if not math.isfinite(c) or c <= 0:
+        return _fail("alignment failed (degenerate window)", fraction=p, n=n)
+    mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
+    low, high = interval(c, surrogate.error_band(p), confidence)
+    return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae)

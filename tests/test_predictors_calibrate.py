@@ -1,0 +1,128 @@
+"""Calibration: recovery of known constants, degenerate laws, the m check, the error model, bad input."""
+
+import numpy as np
+import pytest
+
+from collapse_hpo.predictors.calibrate import calibrate
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import predict_final_loss
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import Surrogate
+from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves
+
+
+@pytest.fixture(scope="module")
+def cal():
+    curves = synthetic_curves(taus=(0.05, 0.1, 0.2, 0.4), tpps=(20.0, 80.0, 240.0), noise=0.001, seed=1)
+    return calibrate(curves, predict_weight=0.0, free_m=False), curves
+
+
+def test_recovers_known_constants(cal):
+    c, _ = cal
+    s = c.surrogate
+    assert s.tau_law == "power" and s.tpp_law == "power"
+    assert s.b_e == pytest.approx(TRUE_SURROGATE.b_e, abs=0.05)
+    assert s.q_e == pytest.approx(TRUE_SURROGATE.q_e, abs=0.03)
+    assert s.b_c == pytest.approx(TRUE_SURROGATE.b_c, rel=0.1)
+    assert s.q_c == pytest.approx(TRUE_SURROGATE.q_c, rel=0.1)
+    assert s.m == 0.05 and s.eps1 == 1e-3 and s.eps2 == 0.1
+    # the fit reaches the noise floor: 0.1% noise per point, and on the final point that divides ℓ
+    assert c.mean_mae < 0.0025
+    assert len(c.table) == 12 and all(r.mae < 0.004 for r in c.table)
+    text = c.format_table()
+    assert "tau0.05_tpp20_s0" in text and "(power)" in text and "mean MAE" in text
+
+
+def test_learned_error_model_is_held_out_and_calibrated(cal):
+    c, _ = cal
+    bands = c.surrogate.error_bands
+    assert [b.fraction for b in bands] == [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5]
+    assert all(b.n == 12 for b in bands) and all(0 < b.scale < 0.01 for b in bands)
+    assert "held out by group" in c.surrogate.info["error_model"]
+    # fresh noisy curves from the same truth: the 90% intervals cover the truth most of the time
+    fresh = synthetic_curves(taus=(0.07, 0.3), tpps=(40.0, 120.0), noise=0.001, seed=9, seeds=3)
+    hits = []
+    for f in fresh:
+        tc = f.truncated(0.2)
+        p = predict_final_loss(tc.t_hat, tc.loss, surrogate=c.surrogate, schedule=f.schedule, tau=f.tau,
+                               tpp=f.tpp)
+        assert p.ok and abs(p.final_loss / f.meta["true_final_loss"] - 1) < 0.01
+        hits.append(p.low <= f.final_loss <= p.high)
+    assert np.mean(hits) >= 0.75
+
+
+def test_single_tau_and_single_tpp_degenerate_to_constants_and_say_so():
+    curves = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=3, noise=0.001)
+    c = calibrate(curves)
+    s = c.surrogate
+    assert (s.tau_law, s.tpp_law, s.b_e, s.q_e) == ("constant", "constant", 0.0, 0.0)
+    assert any("single tau" in n for n in c.notes) and any("single tpp" in n for n in c.notes)
+    assert any("in-sample" in n for n in c.notes)  # one group: no held-out check possible
+    # the constants reproduce the truth's b and q at that control
+    assert s.b(0.1) == pytest.approx(TRUE_SURROGATE.b(0.1), rel=0.1)
+    assert s.q(20.0) == pytest.approx(TRUE_SURROGATE.q(20.0), rel=0.1)
+    # a constant law serves any τ, including no weight decay
+    assert s.b(None) == s.b(0.7)
+
+
+def test_no_weight_decay_reference_set():
+    truth = Surrogate(b_c=0.3, b_e=0.0, q_c=1.0, q_e=0.1, tau_law="constant")
+    curves = synthetic_curves(truth, taus=(None,), tpps=(20.0, 100.0), seeds=2, noise=0.001)
+    c = calibrate(curves, free_m=False)
+    assert c.surrogate.tau_law == "constant" and c.surrogate.tpp_law == "power"
+    assert any("no run has weight decay" in n for n in c.notes)
+    assert c.surrogate.q_e == pytest.approx(0.1, abs=0.05)
+
+
+def test_free_m_auto_frees_m_when_the_curves_need_it():
+    truth = Surrogate(b_c=0.5, b_e=0.0, q_c=1.0, q_e=0.0, m=0.15, tau_law="constant", tpp_law="constant")
+    curves = synthetic_curves(truth, taus=(0.1,), tpps=(20.0, 21.0, 22.0), seeds=2, noise=0.001)
+    c = calibrate(curves, free_m="auto", groups=[i // 2 for i in range(6)], folds=3)
+    assert c.surrogate.info["free_m"] is True
+    assert c.surrogate.m == pytest.approx(0.15, abs=0.03)
+    assert any("m freed" in n for n in c.notes)
+    fixed = calibrate(curves, free_m=False)
+    assert c.mean_mae < fixed.mean_mae
+
+
+def test_predictive_weighting_does_not_hurt_on_known_truth():
+    curves = synthetic_curves(taus=(0.05, 0.2), tpps=(20.0, 80.0), noise=0.001, seed=2)
+    c = calibrate(curves, predict_weight=1.0, free_m=False, folds=2)
+    assert c.surrogate.info["predict_weight"] == 1.0
+    assert all(abs(r.pred_error[0.2]) < 0.005 for r in c.table)
+
+
+def test_bad_reference_sets_raise_input_error():
+    curves = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=2)
+    with pytest.raises(InputError, match="no curves"):
+        calibrate([])
+    with pytest.raises(InputError, match="must be complete"):
+        calibrate([curves[0].truncated(0.5)])
+    mixed = synthetic_curves(Surrogate(b_c=0.5, b_e=0, q_c=1, q_e=0, tau_law="constant"), taus=(None, 0.1),
+                             tpps=(20.0,))
+    with pytest.raises(InputError, match="no weight decay"):
+        calibrate(mixed)
+    bad = curves[0]
+    bad.loss[5] = -1.0
+    with pytest.raises(InputError, match="non-positive"):
+        calibrate([bad])
+    with pytest.raises(InputError, match="free_m"):
+        calibrate(curves[1:], free_m="sometimes")
+
+
+def test_other_schedules_enter_through_eta():
+    truth = TRUE_SURROGATE
+    for kind in ("cosine", "wsd", "constant"):
+        curves = synthetic_curves(truth, schedule=Schedule(kind, warmup=0.02), taus=(0.05, 0.2),
+                                  tpps=(20.0, 80.0), noise=0.001)
+        c = calibrate(curves, predict_weight=0.0, free_m=False, folds=2)
+        assert c.mean_mae < 0.002, kind
+
+
+def test_a_control_spanning_a_narrow_range_gets_a_constant_law():
+    curves = synthetic_curves(taus=(0.1, 0.11), tpps=(244.0, 257.0), noise=0.001)  # like qiu chess's TPP
+    c = calibrate(curves, free_m=False, folds=2)
+    assert c.surrogate.tau_law == "constant" and c.surrogate.tpp_law == "constant"
+    assert any("tpp values spanning only 244 to 257" in n for n in c.notes)
+    power = calibrate(curves, free_m=False, folds=2, min_law_range=1.01)
+    assert power.surrogate.tau_law == "power" and power.surrogate.tpp_law == "power"

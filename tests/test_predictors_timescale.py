@@ -1,0 +1,43 @@
+"""AdamW timescale helpers (METHOD.md §2)."""
+
+import math
+
+import pytest
+
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.timescale import (
+    adamw_tau,
+    optimal_tau,
+    tokens_per_parameter,
+    weight_decay_for_tau,
+)
+
+
+def test_paper_610m_example_gives_tau_0105():
+    tau = adamw_tau(batch_tokens=504 * 2048, lr=1.62e-2 * 256 / 2048, weight_decay=0.1, total_tokens=48.5e9)
+    assert tau == pytest.approx(0.105, abs=0.001)
+
+
+def test_weight_decay_for_tau_inverts_tau():
+    lam = weight_decay_for_tau(batch_tokens=2**19, lr=3e-3, tau=0.2, total_tokens=1e10)
+    assert adamw_tau(2**19, 3e-3, lam, 1e10) == pytest.approx(0.2)
+    assert weight_decay_for_tau(2**19, 3e-3, math.inf, 1e10) == 0.0
+    assert adamw_tau(2**19, 3e-3, 0.0, 1e10) == math.inf
+
+
+def test_tpp_and_optimal_tau_law():
+    assert tokens_per_parameter(2e9, 1e8) == pytest.approx(20.0)
+    # the METHOD.md fit of the Celerity settings: 0.175 @ 20, 0.087 @ 80, 0.051 @ 234 TPP (within 5%)
+    for tpp, tau in ((20, 0.175), (80, 0.087), (234, 0.051)):
+        assert optimal_tau(tpp) == pytest.approx(tau, rel=0.05)
+    assert optimal_tau(100, coefficient=1.0, exponent=-1.0) == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: adamw_tau(0, 1e-3, 0.1, 1e9), lambda: adamw_tau(1e5, -1e-3, 0.1, 1e9),
+    lambda: adamw_tau(1e5, 1e-3, -0.1, 1e9), lambda: weight_decay_for_tau(1e5, 1e-3, 0.0, 1e9),
+    lambda: tokens_per_parameter(1e9, float("nan")), lambda: optimal_tau(-5),
+])
+def test_bad_values_raise_input_error(call):
+    with pytest.raises(InputError):
+        call()

@@ -1,0 +1,392 @@
+"""Where the CollapsePruner gets its reference surrogate, and how a trial's curve and controls are read.
+
+Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
+
+- ``SurrogateReference``: a calibrated surrogate JSON file (``collapse-hpo calibrate``) or a ``Surrogate``.
+- ``StudyReference``: another Optuna study (a calibration family: e.g. several model sizes at one TPP) in a
+  storage; its completed trials' curves are calibrated once, on first use.
+- ``OnlineReference``: the sweep's own completed trials. Before ``min_trials`` trials have completed there
+  is no surrogate (no pruning; the reason says so); afterwards the surrogate is refitted whenever the set of
+  completed trials changes. Each fit is stored in the study's user attrs (``collapse_reference``) so that
+  other workers and a restarted driver reuse it instead of refitting.
+
+A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)`` (``trials``: the
+study's trials when the caller has them already): the label names the surrogate used (recorded with every
+decision, e.g. ``online:0,1,2``) or says why there is none.
+
+Trial conventions (the pruner's step convention): the objective reports
+``trial.report(loss, step=tokens_seen)`` and sets the run's controls as trial user attrs ``total_tokens``
+(tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
+timescale, None = no weight decay) and ``tpp`` (tokens per parameter); ``set_trial_controls`` in
+hpo/pruner.py writes them. Missing ones fall back to the pruner's defaults.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import Surrogate
+
+if TYPE_CHECKING:
+    import optuna
+
+# Trial user attrs that carry a run's controls.
+CONTROL_ATTRS = ("total_tokens", "schedule", "tau", "tpp")
+# When the pruner writes the predicted final loss as an extra intermediate value (report_prediction=True), the
+# step it used is recorded here, so that curve readers can leave that point out.
+SAMPLER_STEP_ATTR = "sampler_value_step"
+# Study user attr holding the latest online fit.
+STUDY_REFERENCE_ATTR = "collapse_reference"
+# A completed trial's curve counts as complete (its final loss is known) from this t̂ on.
+COMPLETE_T_HAT = 0.99
+
+
+@dataclass(frozen=True)
+class TrialControls:
+    """The controls of one run that the surrogate needs.
+
+    Attributes:
+        total_tokens: training tokens D of the run (t̂ = step / total_tokens); None when unknown.
+        schedule: LR schedule shape (peak 1).
+        tau: AdamW timescale B/(ηλD); None = no weight decay.
+        tpp: tokens per parameter D/N; None when unknown.
+    """
+
+    total_tokens: float | None = None
+    schedule: Schedule = field(default_factory=Schedule)
+    tau: float | None = None
+    tpp: float | None = None
+
+    @staticmethod
+    def check(
+        *, total_tokens: Any = None, schedule: Any = None, tau: Any = None, tpp: Any = None, where: str
+    ) -> TrialControls:
+        """Validated controls; raises InputError naming ``where`` and the field on a bad value."""
+        tt = _positive(total_tokens, "total_tokens", where, allow_none=True)
+        try:
+            sched = Schedule.parse(schedule)
+        except InputError as err:
+            raise InputError(f"{where}: field 'schedule': {str(err).removeprefix('schedule: ')}") from None
+        t = _positive(tau, "tau", where, allow_none=True, allow_inf=True)
+        if t is not None and math.isinf(t):
+            t = None
+        tp = _positive(tpp, "tpp", where, allow_none=True)
+        return TrialControls(total_tokens=tt, schedule=sched, tau=t, tpp=tp)
+
+    def merged(self, user_attrs: Mapping[str, Any], where: str) -> TrialControls:
+        """These controls overridden by the ones present in a trial's ``user_attrs``.
+
+        Raises InputError naming ``where`` and the attr when a present attr is malformed.
+        """
+        if not any(k in user_attrs for k in CONTROL_ATTRS):
+            return self
+        return TrialControls.check(
+            total_tokens=user_attrs.get("total_tokens", self.total_tokens),
+            schedule=user_attrs.get("schedule", self.schedule),
+            tau=user_attrs.get("tau", self.tau),
+            tpp=user_attrs.get("tpp", self.tpp),
+            where=where,
+        )
+
+
+def _positive(
+    value: Any, name: str, where: str, *, allow_none: bool, allow_inf: bool = False
+) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where}: field {name!r} must be a positive number, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        raise InputError(f"{where}: field {name!r} must be a positive finite number, got {value!r}")
+    return v
+
+
+def trial_points(trial: optuna.trial.FrozenTrial) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's reported (step, loss) pairs sorted by step, without the pruner's sampler point (if any).
+
+    Steps are tokens seen. Values may be NaN or inf (diverged runs): callers decide what that means.
+    """
+    skip = trial.user_attrs.get(SAMPLER_STEP_ATTR)
+    items = sorted((int(s), float(v)) for s, v in trial.intermediate_values.items() if s != skip)
+    if not items:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*items)
+    return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+
+
+def trial_curve(trial: optuna.trial.FrozenTrial, defaults: TrialControls) -> Curve | None:
+    """The trial's curve as a predictors ``Curve`` (t̂ = step / total_tokens), or None without total_tokens.
+
+    Raises InputError when the trial's control attrs are malformed.
+    """
+    controls = defaults.merged(trial.user_attrs, f"trial {trial.number}")
+    if controls.total_tokens is None:
+        return None
+    steps, values = trial_points(trial)
+    return Curve(
+        run=f"trial{trial.number}",
+        t_hat=steps / controls.total_tokens,
+        loss=values,
+        schedule=controls.schedule,
+        tau=controls.tau,
+        tpp=controls.tpp if controls.tpp is not None else math.nan,
+        meta={"trial": trial.number},
+    )
+
+
+def reference_curves(
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
+) -> tuple[list[Curve], list[int]]:
+    """Complete, clean curves of COMPLETE trials (final loss known, every loss finite and positive, t̂ ≤ 1).
+
+    Returns the curves and their trial numbers (ascending). Trials whose curves do not qualify are skipped.
+    """
+    import optuna
+
+    curves: list[Curve] = []
+    numbers: list[int] = []
+    for t in sorted(trials, key=lambda tr: tr.number):
+        if t.state != optuna.trial.TrialState.COMPLETE or t.user_attrs.get(SAMPLER_STEP_ATTR) is not None:
+            continue
+        try:
+            c = trial_curve(t, defaults)
+        except InputError:
+            continue
+        if c is None or c.t_hat.size < 3 or (c.tpp is not None and not math.isfinite(c.tpp)):
+            continue
+        if not np.all(np.isfinite(c.loss)) or np.any(c.loss <= 0) or c.t_hat[-1] > 1.0 + 1e-9:
+            continue
+        if c.t_hat[-1] < COMPLETE_T_HAT:
+            continue
+        curves.append(c)
+        numbers.append(t.number)
+    return curves, numbers
+
+
+def fit_surrogate(curves: list[Curve]) -> Surrogate:
+    """Calibrate a surrogate on reference curves (``predictors.calibrate``); deterministic for given curves.
+
+    When every curve shares one (τ, TPP), each curve is its own held-out group, so the learned error model
+    is out-of-sample across runs (calibrate's default groups by (τ, TPP) would leave a single group).
+    """
+    from collapse_hpo.predictors.calibrate import calibrate
+
+    single = len({(c.tau, c.tpp) for c in curves}) == 1
+    return calibrate(curves, groups=[c.run for c in curves] if single else None).surrogate
+
+
+class SurrogateReference:
+    """A fixed surrogate: a calibrated JSON file (loaded once, on construction) or a ``Surrogate`` object."""
+
+    def __init__(self, surrogate: Surrogate | str | os.PathLike[str]) -> None:
+        if isinstance(surrogate, Surrogate):
+            self.surrogate = surrogate
+            self.label = "surrogate"
+        else:
+            self.surrogate = Surrogate.load(surrogate)
+            self.label = f"file:{Path(surrogate).name}"
+
+    def get(
+        self,
+        study: optuna.study.Study,
+        defaults: TrialControls,
+        trials: list[optuna.trial.FrozenTrial] | None = None,
+    ) -> tuple[Surrogate | None, str]:
+        """The surrogate and its label."""
+        return self.surrogate, self.label
+
+    def __repr__(self) -> str:
+        return f"SurrogateReference({self.label})"
+
+
+class StudyReference:
+    """A calibration family: the completed trials of another study, calibrated once on first use.
+
+    Args:
+        study_name: name of the reference study.
+        storage: its storage URL (or an Optuna storage object).
+        min_trials: completed, clean curves needed (at least 2).
+    """
+
+    def __init__(self, study_name: str, storage: Any, *, min_trials: int = 2) -> None:
+        if not isinstance(study_name, str) or not study_name:
+            raise InputError(f"reference: 'study' must be a study name, got {study_name!r}")
+        if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
+            raise InputError(f"reference: 'min_trials' must be an integer >= 2, got {min_trials!r}")
+        self.study_name = study_name
+        self.storage = storage
+        self.min_trials = min_trials
+        self._lock = threading.Lock()
+        self._result: tuple[Surrogate | None, str] | None = None
+
+    def get(
+        self,
+        study: optuna.study.Study,
+        defaults: TrialControls,
+        trials: list[optuna.trial.FrozenTrial] | None = None,
+    ) -> tuple[Surrogate | None, str]:
+        """The calibrated surrogate (fitted on the first call) and its label, or (None, why not)."""
+        with self._lock:
+            if self._result is None or self._result[0] is None:
+                self._result = self._load(defaults)
+            return self._result
+
+    def _load(self, defaults: TrialControls) -> tuple[Surrogate | None, str]:
+        import optuna
+
+        try:
+            ref = optuna.load_study(study_name=self.study_name, storage=self.storage)
+        except KeyError:
+            raise InputError(
+                f"reference: study {self.study_name!r} not found in the storage; give an existing study name"
+            ) from None
+        curves, _ = reference_curves(ref.get_trials(deepcopy=False), defaults)
+        if len(curves) < self.min_trials:
+            return None, (
+                f"reference study {self.study_name!r} has {len(curves)} complete curve(s), "
+                f"need {self.min_trials}"
+            )
+        try:
+            return fit_surrogate(curves), f"study:{self.study_name}({len(curves)} trials)"
+        except InputError as err:
+            raise InputError(f"reference study {self.study_name!r}: calibration failed: {err}") from None
+
+    def __repr__(self) -> str:
+        return f"StudyReference({self.study_name!r}, min_trials={self.min_trials})"
+
+
+class OnlineReference:
+    """Online calibration on the sweep's own completed trials, refitted whenever that set changes.
+
+    Args:
+        min_trials: completed, clean curves needed before the first fit (at least 2); until then no surrogate.
+        max_trials: use at most this many completed trials (the lowest-numbered); None = all. Bounds the refit
+            cost in long sweeps.
+    """
+
+    def __init__(self, *, min_trials: int = 3, max_trials: int | None = None) -> None:
+        if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
+            raise InputError(f"reference: 'min_trials' must be an integer >= 2, got {min_trials!r}")
+        if max_trials is not None and (
+            isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < min_trials
+        ):
+            raise InputError(f"reference: 'max_trials' must be an integer >= min_trials, got {max_trials!r}")
+        self.min_trials = min_trials
+        self.max_trials = max_trials
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[int, ...], Surrogate] = {}
+        self._failed: dict[tuple[int, ...], str] = {}
+
+    def get(
+        self,
+        study: optuna.study.Study,
+        defaults: TrialControls,
+        trials: list[optuna.trial.FrozenTrial] | None = None,
+    ) -> tuple[Surrogate | None, str]:
+        """The surrogate fitted on the study's completed trials, or (None, why not)."""
+        if trials is None:
+            trials = study.get_trials(deepcopy=False)
+        curves, numbers = reference_curves(trials, defaults)
+        if self.max_trials is not None:
+            curves, numbers = curves[: self.max_trials], numbers[: self.max_trials]
+        if len(curves) < self.min_trials:
+            return None, (
+                f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
+                "before pruning starts (counted: COMPLETE, with total_tokens, tpp and a clean full curve)"
+            )
+        key = tuple(numbers)
+        label = "online:" + ",".join(str(n) for n in key)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                return cached, label
+            stored = study.user_attrs.get(STUDY_REFERENCE_ATTR)
+            surrogate = None
+            if isinstance(stored, dict) and stored.get("trials") == list(key):
+                try:
+                    source = f"study attr {STUDY_REFERENCE_ATTR}"
+                    surrogate = Surrogate.from_dict(stored.get("surrogate"), source=source)
+                except InputError:
+                    surrogate = None
+            if surrogate is None:
+                failed = self._failed.get(key)
+                if failed is not None:
+                    return None, failed
+                try:
+                    surrogate = fit_surrogate(curves)
+                except Exception as err:  # a failed fit must not crash the sweep: no pruning, with the reason
+                    why = f"online calibration on trials {label[7:]} failed ({type(err).__name__}: {err})"
+                    self._failed = {key: why}
+                    return None, why
+                study.set_user_attr(
+                    STUDY_REFERENCE_ATTR, {"trials": list(key), "surrogate": surrogate.to_dict()}
+                )
+            self._cache = {key: surrogate}
+            return surrogate, label
+
+    def __repr__(self) -> str:
+        return f"OnlineReference(min_trials={self.min_trials}, max_trials={self.max_trials})"
+
+
+Reference = SurrogateReference | StudyReference | OnlineReference
+
+
+def make_reference(spec: Any) -> Reference:
+    """A reference from a YAML-style spec.
+
+    Accepted: a reference object; a ``Surrogate``; a path (str or PathLike) to a surrogate JSON; ``"online"``;
+    or a mapping with exactly one of ``surrogate: PATH``, ``study: NAME`` (with ``storage: URL`` and optional
+    ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``).
+    Raises InputError naming the field on anything else.
+    """
+    if isinstance(spec, SurrogateReference | StudyReference | OnlineReference):
+        return spec
+    if isinstance(spec, Surrogate):
+        return SurrogateReference(spec)
+    if isinstance(spec, str) and spec.strip().lower() == "online":
+        return OnlineReference()
+    if isinstance(spec, str | os.PathLike):
+        return SurrogateReference(spec)
+    if isinstance(spec, Mapping):
+        kinds = [k for k in ("surrogate", "study", "online") if k in spec]
+        if len(kinds) != 1:
+            raise InputError(
+                "reference: give exactly one of 'surrogate' (a JSON path), 'study' (a study name, with "
+                f"'storage') or 'online: true'; got keys {sorted(spec)}"
+            )
+        kind = kinds[0]
+        allowed = {
+            "surrogate": {"surrogate"},
+            "study": {"study", "storage", "min_trials"},
+            "online": {"online", "min_trials", "max_trials"},
+        }[kind]
+        unknown = set(spec) - allowed
+        if unknown:
+            raise InputError(
+                f"reference: unknown field(s) {', '.join(sorted(unknown))} for a {kind!r} reference; "
+                f"allowed: {', '.join(sorted(allowed))}"
+            )
+        if kind == "surrogate":
+            return SurrogateReference(spec["surrogate"])
+        if kind == "study":
+            if "storage" not in spec:
+                raise InputError("reference: a 'study' reference needs 'storage' (the storage URL)")
+            return StudyReference(spec["study"], spec["storage"], min_trials=spec.get("min_trials", 2))
+        if spec["online"] is not True:
+            raise InputError(f"reference: field 'online' must be true, got {spec['online']!r}")
+        return OnlineReference(min_trials=spec.get("min_trials", 3), max_trials=spec.get("max_trials"))
+    raise InputError(
+        f"reference: expected a surrogate JSON path, 'online', or a mapping, got {type(spec).__name__}"
+    )

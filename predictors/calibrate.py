@@ -445,6 +445,7 @@ def _group_key(c: Curve) -> tuple:
 def _predict_errors(s: Surrogate, curves: Sequence[Curve], fractions: Sequence[float]) -> dict[int, dict]:
     """log(actual/predicted) for each curve index and fraction (None when no prediction could be made)."""
     out: dict[int, dict] = {}
+    s = replace(s, error_bands=[])  # raw alignment: no bias correction from an earlier model
     for i, c in enumerate(curves):
         actual = c.final_loss
         row: dict[float, float | None] = {}

@@ -193,5 +193,10 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
-    low, high = interval(c, surrogate.error_band(p), confidence)
-    return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae)
+    band = surrogate.error_band(p)
+    low, high = interval(c, band, confidence)
+    # The learned mean miss (bias, in log space) corrects the point as it does the interval, so the
+    # prediction is the centre of its own interval rather than the raw alignment divisor.
+    final = c * math.exp(band.bias) if band is not None else c
+    return Prediction(final_loss=final, low=low, high=high, fraction=p, reason=None, n_points=n,
+                      align_mae=mae)

@@ -9,7 +9,7 @@ import torch
 
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.trainers.config import TrainConfig, count_parameters, plan
-from collapse_hpo.trainers.model import GPT
+from collapse_hpo.trainers.model import GPT, SquaredReLU
 from collapse_hpo.trainers.optim import build_optimizer
 
 
@@ -120,3 +120,9 @@ def test_attention_is_causal(position):
     hx, hy = model(x), model(y)
     assert torch.allclose(hx[:, :10], hy[:, :10], atol=1e-6)
     assert not torch.allclose(hx[:, 10:], hy[:, 10:], atol=1e-4)
+
+
+def test_squared_relu_matches_autograd_of_relu_squared():
+    x = torch.randn(50, 7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(SquaredReLU.apply, (x,))
+    assert torch.equal(SquaredReLU.apply(x), torch.relu(x) ** 2)

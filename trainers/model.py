@@ -32,7 +32,8 @@ from collapse_hpo.trainers.config import TrainConfig, mlp_hidden
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (RoPE, base 10000) applied to q and k of shape [B, H, T, d_head]."""
+    """Rotary position embedding (RoPE, base 10000, GPT-NeoX "rotate half" pairing: dimension i rotates with
+    i + d_head/2) applied to tensors [..., T, d_head] (q and k stacked in one call)."""
 
     def __init__(self, head_dim: int, context: int) -> None:
         super().__init__()
@@ -44,8 +45,9 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[-2]
         cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 def alibi_bias(heads: int, context: int) -> torch.Tensor:
@@ -79,14 +81,31 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.position == "rope":
-            q, k = self.rope(q), self.rope(k)
+            q, k = self.rope(qkv[:2]).unbind(0)
+            v = qkv[2]
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
+            q, k, v = qkv.unbind(0)
             mask = self.alibi[:, :t, :t].to(q.dtype)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class SquaredReLU(torch.autograd.Function):
+    """relu(x)² with a one-tensor backward (2·relu(x)·grad), cheaper than autograd through relu and square."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        r = torch.relu(x)
+        ctx.save_for_backward(r)
+        return r * r
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (r,) = ctx.saved_tensors
+        return grad * r * 2.0
 
 
 class MLP(nn.Module):
@@ -104,7 +123,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:
             return self.proj(F.silu(self.gate(x)) * self.fc(x))
-        return self.proj(F.relu(self.fc(x)).square())
+        return self.proj(SquaredReLU.apply(self.fc(x)))
 
 
 class Block(nn.Module):

@@ -1,0 +1,103 @@
+"""`collapse-hpo dashboard SWEEP.yaml` (or `--storage URL`): optuna-dashboard on a sweep's storage.
+
+Before serving, the sweep's study gets a fresh collapsed-curves figure and per-trial prediction notes
+(hpo/dashboard.py ``publish``), so a running sweep shows its current state. Prints the URL, then serves until
+Ctrl-C. Listens on 127.0.0.1 unless ``--host`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "start optuna-dashboard on a sweep's storage (with the collapse figure and notes) and print its URL"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep file or a storage URL, and where to listen."""
+    parser.add_argument("sweep", nargs="?", default=None,
+                        help="the sweep YAML file (its storage is opened); or give --storage")
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="an Optuna storage URL instead of a sweep file (e.g. sqlite:///results/x/study.db)")
+    parser.add_argument("--results", metavar="DIR", default=None,
+                        help="results folder of the sweep (as given to `run`)")
+    parser.add_argument("--no-prune", action="store_true",
+                        help="open the sweep's '<name>-noprune' run (as given to `run --no-prune`)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free port)")
+    parser.add_argument("--no-publish", action="store_true",
+                        help="do not refresh the figure and notes before serving")
+    parser.add_argument("--publish-only", action="store_true",
+                        help="refresh the figure and notes, print where, and exit without serving")
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url
+
+
+def run(args: argparse.Namespace) -> int:
+    """Locate the storage, publish the review figure and notes, print the URL and serve."""
+    from collapse_hpo.predictors.errors import InputError
+
+    if (args.sweep is None) == (args.storage is None):
+        raise InputError("dashboard: give a sweep file or --storage URL (one of them)")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"dashboard: --port must be in 0..65535, got {args.port}")
+    import optuna
+
+    from collapse_hpo.hpo import dashboard
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    studies: list[optuna.Study] = []
+    reference = None
+    if args.sweep is not None:
+        from pathlib import Path
+
+        from collapse_hpo.hpo.config import load_sweep
+        from collapse_hpo.hpo.runner import check_storage, locate
+
+        sweep = load_sweep(args.sweep)
+        loc = locate(sweep, args.results, no_prune=args.no_prune)
+        check_storage(sweep, loc.storage_url, loc.results)
+        url = loc.storage_url
+        if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).is_file():
+            raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run "
+                             f"{sweep.source}` first")
+        try:
+            studies = [optuna.load_study(study_name=loc.study_name, storage=url)]
+            reference = sweep.pruner.reference.spec(sweep.base_dir())
+        except KeyError:
+            raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {_redact(url)} yet: run "
+                             f"`collapse-hpo run {sweep.source}` first") from None
+    else:
+        url = args.storage
+        if url.startswith("sqlite") and not _sqlite_file_exists(url):
+            raise InputError(f"--storage {url}: no such SQLite file; give the study.db of a sweep")
+        try:
+            summaries = optuna.get_all_study_summaries(storage=url)
+        except Exception as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise InputError(f"--storage {_redact(url)}: cannot open it ({first}); check the URL") from None
+        studies = [optuna.load_study(study_name=s.study_name, storage=url) for s in summaries]
+    if not args.no_publish:
+        for study in studies:
+            result = dashboard.publish(study, reference=reference)
+            print(f"published to study {study.study_name!r}: figure {result.figure_id!r}, "
+                  f"{result.trial_notes} trial note(s) updated; reference: {result.reference}")
+    if args.publish_only:
+        return 0
+    try:
+        dashboard.serve(url, args.host, args.port, shown=_redact(url))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _sqlite_file_exists(url: str) -> bool:
+    """Whether the file of a sqlite:/// URL exists."""
+    from pathlib import Path
+
+    return Path(url.split(":///", 1)[-1]).is_file()

@@ -1,0 +1,34 @@
+"""`collapse-hpo report SWEEP.yaml`: the results table (printed and CSV), curves CSV, plots, compute saved."""
+
+from __future__ import annotations
+
+import argparse
+
+from collapse_hpo.hpo.commands.run import add_arguments as _add_arguments
+
+HELP = "print a sweep's results table and compute saved; write results.csv, curves.csv, curves.png"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Same arguments as `run` (they locate the sweep)."""
+    _add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the study (finished, running or interrupted) and write the report; trains nothing."""
+    import optuna
+
+    from collapse_hpo.hpo.commands.run import finish
+    from collapse_hpo.hpo.config import load_sweep
+    from collapse_hpo.hpo.runner import check_storage, locate, open_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sweep = load_sweep(args.sweep)
+    loc = locate(sweep, args.results, no_prune=args.no_prune)
+    check_storage(sweep, loc.storage_url, loc.results)
+    if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
+        from collapse_hpo.predictors.errors import InputError
+
+        raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
+    study = open_study(sweep, loc)
+    return finish(study, sweep, loc)

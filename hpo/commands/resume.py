@@ -1,0 +1,26 @@
+"""`collapse-hpo resume SWEEP.yaml`: continue an interrupted sweep from its Optuna storage."""
+
+from __future__ import annotations
+
+import argparse
+
+from collapse_hpo.hpo.commands.run import add_arguments as _add_arguments
+
+HELP = "continue an interrupted sweep: finished trials are kept, stale running ones rerun"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Same arguments as `run` (they locate the sweep)."""
+    _add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the study, fail trials whose heartbeat went stale, requeue their slots, run the rest, report."""
+    from collapse_hpo.hpo.commands.run import finish
+    from collapse_hpo.hpo.config import load_sweep
+    from collapse_hpo.hpo.runner import locate, run_sweep
+
+    sweep = load_sweep(args.sweep)
+    loc = locate(sweep, args.results, no_prune=args.no_prune)
+    study = run_sweep(sweep, loc, resume=True)
+    return finish(study, sweep, loc)

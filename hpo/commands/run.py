@@ -1,0 +1,63 @@
+"""`collapse-hpo run SWEEP.yaml`: run a sweep on Ray; print the results table and the compute saved."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run a sweep file: Ray Tune trials with τ held, pruned by the collapse predictor"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `run` (shared by `resume` and `report`)."""
+    parser.add_argument("sweep", help="the sweep YAML file (e.g. studies/quickstart.yaml)")
+    parser.add_argument("--no-prune", action="store_true",
+                        help="train every trial to the end (a separate study '<name>-noprune' in "
+                             "'<results>-noprune' unless --results is given)")
+    parser.add_argument("--results", metavar="DIR", default=None,
+                        help="results folder (default: 'results' in the file, else results/<name>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the file, create the study, run every trial, print the table and the compute saved."""
+    from collapse_hpo.hpo.config import load_sweep
+    from collapse_hpo.hpo.runner import locate, run_sweep
+
+    sweep = load_sweep(args.sweep)
+    loc = locate(sweep, args.results, no_prune=args.no_prune)
+    study = run_sweep(sweep, loc, resume=False)
+    return finish(study, sweep, loc)
+
+
+def finish(study, sweep, loc) -> int:
+    """Write the report files, publish the dashboard figure and notes, print the table and the summary."""
+    from collapse_hpo.hpo.report import write_report
+    from collapse_hpo.hpo.runner import unpruned_tokens
+
+    table, lines = write_report(study, loc.results, unpruned_tokens(sweep, study), sweep.reference_path(),
+                                title=loc.study_name)
+    print(table)
+    for line in lines:
+        print(line)
+    note = publish_dashboard(study, sweep, loc)
+    if note:
+        print(note)
+    return 0
+
+
+def publish_dashboard(study, sweep, loc) -> str:
+    """Publish the study figure and per-trial notes to optuna-dashboard (hpo/dashboard.py), if present."""
+    import importlib.util
+
+    if importlib.util.find_spec("collapse_hpo.hpo.dashboard") is None:
+        return ""
+    from collapse_hpo.hpo import dashboard
+
+    fn = getattr(dashboard, "publish", None)
+    if fn is None:
+        return ""
+    try:
+        fn(study, reference=sweep.pruner.reference.spec(sweep.base_dir()))
+    except Exception as err:  # the results are written already; a dashboard problem must not fail the sweep
+        return f"dashboard: not published ({type(err).__name__}: {err})"
+    flag = " --no-prune" if loc.study_name.endswith("-noprune") else ""
+    return f"dashboard: figure and notes published; review with `collapse-hpo dashboard {sweep.source}{flag}`"

@@ -1,0 +1,526 @@
+"""The sweep file: a YAML document validated into a `SweepConfig` (pydantic).
+
+A sweep holds the fixed controls of every trial (model shape, TPP or token budget, LR schedule, the AdamW
+timescale τ to hold), the search space (Optuna distributions over ``lr``, ``batch_tokens``, ``warmup``, ...;
+λ = ``weight_decay`` is derived from τ, never searched when τ is held), how many trials and training seeds,
+the sampler, the pruner, resources per trial, the Ray executor, the Optuna storage, retries and the results
+folder.
+
+Every error is one line that names the file, the field and what is allowed (`InputError`); loading a file
+never creates anything. Example::
+
+    name: quickstart
+    model: {width: 48, depth: 2, heads: 2}
+    tpp: 20
+    schedule: {kind: linear, warmup: 0.05}
+    tau: optimal                 # or a number; null = no weight decay
+    fixed: {batch_tokens: 2048}
+    space:
+      lr: {type: float, low: 1.0e-3, high: 1.0e-1, log: true}
+    trials: 12
+    sampler: {name: qmc, seed: 0}
+    pruner: {enabled: true, min_fraction: 0.2, reference: {online: true, min_trials: 2}}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from collapse_hpo.predictors.errors import InputError
+
+# Hyperparameters a trial takes, searched (``space``) or fixed (``fixed``). ``decay`` and ``final`` are
+# schedule fields (wsd decay fraction, end LR / peak); ``warmup`` overrides the schedule's warmup; ``width``
+# and ``depth`` override the model shape (a calibration family: several sizes at one TPP; D = tpp · N each).
+HYPERPARAMETERS = ("lr", "batch_tokens", "warmup", "decay", "final", "tau", "weight_decay", "width", "depth")
+SAMPLERS = ("random", "qmc", "grid", "tpe")
+# Samplers whose draws do not depend on results: the whole plan is drawn up front (seeded) and stored in the
+# study, so a pruned and an unpruned sweep (and a resumed one) train exactly the same trials.
+PLANNED_SAMPLERS = ("random", "qmc", "grid")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """Model shape (CompleteP): ``width`` (d_model), ``depth`` (layers), ``heads``; base shape for scaling."""
+
+    width: int = Field(gt=0)
+    depth: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    base_width: int | None = Field(default=None, gt=0)
+    base_depth: int | None = Field(default=None, gt=0)
+    context: int = Field(default=128, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelSpec:
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} must be a multiple of heads {self.heads}")
+        return self
+
+
+class Distribution(_Strict):
+    """An Optuna distribution: ``float`` / ``int`` (low, high, log, step) or ``categorical`` (choices)."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = Field(default=None, gt=0)
+    choices: list[float | int | str | bool] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Distribution:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical distribution needs a non-empty 'choices' list")
+            if self.low is not None or self.high is not None:
+                raise ValueError("a categorical distribution takes 'choices', not low/high")
+            return self
+        if self.choices is not None:
+            raise ValueError(f"a {self.type} distribution takes low/high, not 'choices'")
+        if self.low is None or self.high is None:
+            raise ValueError(f"a {self.type} distribution needs both 'low' and 'high'")
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise ValueError(f"needs finite low <= high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log=true needs low > 0, got low={self.low}")
+        if self.log and self.step is not None:
+            raise ValueError("log=true and step cannot be combined")
+        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError("an int distribution needs integer low and high")
+        return self
+
+    def to_optuna(self) -> Any:
+        """The `optuna.distributions.BaseDistribution` this describes (imports optuna)."""
+        from optuna import distributions as d
+
+        if self.type == "categorical":
+            return d.CategoricalDistribution(list(self.choices or []))
+        if self.type == "int":
+            return d.IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return d.FloatDistribution(float(self.low), float(self.high), log=self.log, step=self.step)
+
+    def bounds(self) -> tuple[float, float] | None:
+        """(low, high) of a numeric distribution; None for categorical."""
+        if self.type == "categorical":
+            return None
+        return float(self.low), float(self.high)  # type: ignore[arg-type]
+
+    def values(self) -> list[Any]:
+        """All values a grid sampler visits: the choices, or every step of an int/stepped float range."""
+        if self.type == "categorical":
+            return list(self.choices or [])
+        if self.type == "int":
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        if self.step is None:
+            raise ValueError("the grid sampler needs categorical, int or stepped float distributions")
+        n = round((float(self.high) - float(self.low)) / self.step)
+        return [float(self.low) + i * self.step for i in range(n + 1)]
+
+
+class ReferenceSpec(_Strict):
+    """Where the pruner gets the collapsed reference curve (the calibrated surrogate); exactly one of:
+
+    - ``surrogate: PATH``: a calibrated surrogate JSON file (``collapse-hpo calibrate``), relative to the
+      sweep file.
+    - ``study: NAME`` with ``storage: URL``: another Optuna study (a calibration family).
+    - ``online: true``: calibrate on this sweep's own first ``min_trials`` completed trials, refit as more
+      finish (at most ``max_trials`` of them).
+    Same keys as `collapse_hpo.hpo.reference.make_reference`.
+    """
+
+    surrogate: str | None = None
+    study: str | None = None
+    storage: str | None = None
+    online: bool | None = None
+    min_trials: int | None = Field(default=None, ge=2)
+    max_trials: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _one(self) -> ReferenceSpec:
+        kinds = [k for k in ("surrogate", "study", "online") if getattr(self, k) not in (None, False)]
+        if len(kinds) != 1:
+            raise ValueError(
+                "give exactly one of 'surrogate: PATH', 'study: NAME' (with 'storage') or 'online: true'"
+            )
+        if self.study and not self.storage:
+            raise ValueError("a 'study' reference needs 'storage' (the Optuna storage URL of that study)")
+        if self.storage and not self.study:
+            raise ValueError("'storage' belongs to a 'study' reference; add 'study: NAME'")
+        if self.max_trials is not None and self.kind != "online":
+            raise ValueError("'max_trials' belongs to an 'online: true' reference")
+        if self.min_trials is not None and self.kind == "surrogate":
+            raise ValueError("'min_trials' does not apply to a 'surrogate' reference")
+        if self.max_trials is not None and self.min_trials is not None and self.max_trials < self.min_trials:
+            raise ValueError(f"max_trials ({self.max_trials}) must be >= min_trials ({self.min_trials})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``surrogate``, ``study`` or ``online``."""
+        if self.surrogate:
+            return "surrogate"
+        return "study" if self.study else "online"
+
+    def spec(self, base_dir: Path) -> dict[str, Any]:
+        """The mapping `make_reference` takes; a relative surrogate path is resolved against ``base_dir``."""
+        if self.kind == "surrogate":
+            p = Path(os.path.expanduser(str(self.surrogate)))
+            return {"surrogate": str(p if p.is_absolute() else base_dir / p)}
+        d: dict[str, Any] = {"online": True}
+        if self.kind == "study":
+            d = {"study": self.study, "storage": self.storage}
+        if self.min_trials is not None:
+            d["min_trials"] = self.min_trials
+        if self.max_trials is not None:
+            d["max_trials"] = self.max_trials
+        return d
+
+
+class PrunerSpec(_Strict):
+    """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
+    off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
+    ``report_prediction`` (give a pruned trial's predicted final loss to the sampler) and ``reference``."""
+
+    enabled: bool = True
+    min_fraction: float = Field(default=0.1, gt=0, lt=1)
+    confidence: float = Field(default=0.9, gt=0, lt=1)
+    keep_top_k: int = Field(default=1, ge=1)
+    report_prediction: bool = False
+    reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
+
+
+class SamplerSpec(_Strict):
+    """The Optuna sampler: ``name`` in random, qmc, grid, tpe, and its ``seed``."""
+
+    name: Literal["random", "qmc", "grid", "tpe"] = "qmc"
+    seed: int = 0
+
+
+class ResourcesSpec(_Strict):
+    """Resources per trial (Ray): CPUs and GPUs (fractions allowed)."""
+
+    cpu: float = Field(default=1.0, gt=0)
+    gpu: float = Field(default=0.0, ge=0)
+
+
+class ExecutorSpec(_Strict):
+    """Ray: a local cluster (``address`` null; ``num_cpus``/``num_gpus`` default to the machine's) or the
+    ``address`` of a running cluster (``auto`` or ``ray://host:10001``)."""
+
+    address: str | None = None
+    num_cpus: int | None = Field(default=None, gt=0)
+    num_gpus: int | None = Field(default=None, ge=0)
+
+
+class HeartbeatSpec(_Strict):
+    """Optuna heartbeat: a running trial records one every ``interval`` seconds; a trial whose last heartbeat
+    is older than ``grace`` seconds is stale (its worker or driver died) and is rerun by ``resume``."""
+
+    interval: int = Field(default=5, ge=1)
+    grace: int = Field(default=30, ge=2)
+
+    @model_validator(mode="after")
+    def _grace(self) -> HeartbeatSpec:
+        if self.grace <= self.interval:
+            raise ValueError(f"grace ({self.grace} s) must be longer than interval ({self.interval} s)")
+        return self
+
+
+class TrainSpec(_Strict):
+    """Trainer settings shared by every trial (see `collapse_hpo.trainers.config.TrainConfig`)."""
+
+    corpus: str = "stdlib"
+    device: str = "cpu"
+    dtype: str = "float32"
+    compile: bool = False
+    micro_batch_tokens: int | None = Field(default=None, gt=0)
+    report_every_tokens: int | None = Field(default=None, gt=0)
+    val_fractions: list[float] | None = None
+    threads: int | None = Field(default=None, gt=0)
+
+
+class FaultSpec(_Strict):
+    """An injected fault for reliability drills (off unless given).
+
+    Trials of the listed ``draws`` at the listed ``attempts`` (0 = first try) get it from ``start_t_hat`` on.
+    Kinds ``exception``, ``out_of_memory``, ``nan_loss``, ``loss_normalization`` are the trainer's
+    (`trainers.config.FaultConfig`; ``acknowledge`` must be its exact phrase); ``kill_worker`` kills the Ray
+    worker process running the trial.
+    """
+
+    acknowledge: str
+    kind: Literal["exception", "out_of_memory", "nan_loss", "loss_normalization", "kill_worker"]
+    draws: list[int] = Field(min_length=1)
+    attempts: list[int] = Field(default_factory=lambda: [0])
+    start_t_hat: float = Field(default=0.3, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ack(self) -> FaultSpec:
+        from collapse_hpo.trainers.config import FAULT_ACKNOWLEDGEMENT
+
+        if self.acknowledge != FAULT_ACKNOWLEDGEMENT:
+            raise ValueError(f"acknowledge must be exactly {FAULT_ACKNOWLEDGEMENT!r} (a fault breaks trials)")
+        return self
+
+
+class SweepConfig(_Strict):
+    """A validated sweep file. Build it with `load_sweep`; ``source`` is the file it came from."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    model: ModelSpec
+    tpp: float | None = Field(default=None, gt=0)
+    total_tokens: int | None = Field(default=None, gt=0)
+    schedule: str | dict[str, Any] = "linear"
+    tau: float | Literal["optimal"] | None = "optimal"
+    fixed: dict[str, float | int | str] = Field(default_factory=dict)
+    space: dict[str, Distribution] = Field(default_factory=dict)
+    trials: int | None = Field(default=None, ge=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    storage: str | None = None
+    retries: int = Field(default=0, ge=0)
+    results: str | None = None
+    heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    faults: list[FaultSpec] = Field(default_factory=list)
+    source: str | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        from collapse_hpo.predictors.schedules import Schedule
+
+        try:
+            Schedule.parse(v)
+        except InputError as err:
+            raise ValueError(str(err).removeprefix("schedule: ")) from None
+        return v
+
+    @field_validator("tau", mode="before")
+    @classmethod
+    def _tau(cls, v: Any) -> float | str | None:
+        if v is None or v == "optimal":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+            raise ValueError("must be a positive number (fraction of training), 'optimal' (optimal_tau(tpp)) "
+                             "or null (no weight decay)")
+        return float(v)
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        if v is not None and v.split(":", 1)[0].split("+", 1)[0] not in ("sqlite", "postgresql", "mysql"):
+            raise ValueError(f"storage must be a sqlite:///, postgresql:// or mysql:// URL, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepConfig:
+        if (self.tpp is None) == (self.total_tokens is None):
+            raise _FieldError("tpp", "give exactly one of 'tpp' (tokens per parameter) or 'total_tokens'")
+        for where, names in (("fixed", self.fixed), ("space", self.space)):
+            for key in names:
+                if key not in HYPERPARAMETERS:
+                    allowed = ", ".join(HYPERPARAMETERS)
+                    raise _FieldError(f"{where}.{key}", f"unknown hyperparameter; allowed: {allowed}")
+        both = set(self.fixed) & set(self.space)
+        if both:
+            key = sorted(both)[0]
+            raise _FieldError(f"fixed.{key}", "is both fixed and searched; keep it in 'fixed' or in 'space'")
+        given = set(self.fixed) | set(self.space)
+        for key in ("lr", "batch_tokens"):
+            if key not in given:
+                raise _FieldError(key, "is needed: put it in 'fixed' (a value) or 'space' (a distribution)")
+        tau_given = "tau" in self.model_fields_set or "tau" in given
+        tau_null = "tau" in self.model_fields_set and self.tau is None
+        if "weight_decay" in given and tau_given and not tau_null:
+            where = "space.weight_decay" if "weight_decay" in self.space else "fixed.weight_decay"
+            raise _FieldError(
+                where, "weight_decay and tau are both set; give tau (λ derived) or weight_decay, tau: null"
+            )
+        if "tau" in given and "tau" in self.model_fields_set:
+            raise _FieldError("tau", "tau is set at the top level and in fixed/space; keep one")
+        for key in HYPERPARAMETERS:
+            if key in self.fixed:
+                value = self.fixed[key]
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise _FieldError(f"fixed.{key}", f"must be a number, got {value!r}")
+                if key in ("lr", "batch_tokens", "tau", "width", "depth") and not value > 0:
+                    raise _FieldError(f"fixed.{key}", f"must be positive, got {value!r}")
+                if key in ("warmup", "decay", "final", "weight_decay") and value < 0:
+                    raise _FieldError(f"fixed.{key}", f"must be non-negative, got {value!r}")
+            if key in self.space:
+                bounds = self.space[key].bounds()
+                positive = key in ("lr", "batch_tokens", "tau", "width", "depth")
+                if bounds is not None and positive and bounds[0] <= 0:
+                    raise _FieldError(f"space.{key}.low", f"must be positive, got {bounds[0]}")
+        if self.sampler.name == "grid":
+            grid = 1
+            for key, dist in self.space.items():
+                try:
+                    grid *= len(dist.values())
+                except ValueError as err:
+                    raise _FieldError(f"space.{key}", str(err)) from None
+            if self.trials is not None and self.trials != grid:
+                raise _FieldError("trials", f"the grid has {grid} points; drop 'trials' or set it to {grid}")
+        elif self.trials is None:
+            raise _FieldError("trials", "is needed (number of hyperparameter draws) unless sampler is grid")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise _FieldError("seeds", "training seeds must be distinct")
+        return self
+
+    # ------------------------------------------------------------------ derived quantities
+    @property
+    def planned(self) -> bool:
+        """True when the sampler's draws do not depend on results (the plan is drawn up front)."""
+        return self.sampler.name in PLANNED_SAMPLERS
+
+    @property
+    def n_draws(self) -> int:
+        """Number of hyperparameter draws (each is trained once per seed)."""
+        if self.sampler.name == "grid":
+            n = 1
+            for dist in self.space.values():
+                n *= len(dist.values())
+            return n
+        return int(self.trials or 0)
+
+    @property
+    def n_trials(self) -> int:
+        """Planned trials: draws × seeds (retries and reruns come on top)."""
+        return self.n_draws * len(self.seeds)
+
+    def base_dir(self) -> Path:
+        """The folder relative paths inside the file are resolved against (the file's folder)."""
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def results_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
+        """Results folder: ``override`` (CLI), else ``results`` of the file, else ``results/<name>`` (cwd)."""
+        if override is not None:
+            return Path(override).resolve()
+        if self.results:
+            return Path(self.results).resolve()
+        return (Path.cwd() / "results" / self.name).resolve()
+
+    def storage_url(self, results_dir: Path) -> str:
+        """The Optuna storage URL: ``storage`` of the file, else a SQLite file ``study.db`` in the results."""
+        if self.storage:
+            return self.storage
+        return f"sqlite:///{results_dir / 'study.db'}"
+
+    def reference_path(self) -> Path | None:
+        """The surrogate file of a ``surrogate`` reference, resolved against the sweep file's folder."""
+        ref = self.pruner.reference
+        if ref.kind != "surrogate":
+            return None
+        return Path(ref.spec(self.base_dir())["surrogate"])
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """A JSON-ready dict (shipped to Ray workers); `SweepConfig.model_validate` inverts it."""
+        return self.model_dump(mode="json")
+
+
+class _FieldError(ValueError):
+    """A cross-field error with the field it belongs to (turned into an `InputError`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
+    """The keys allowed at ``loc`` (the parent of an unknown key), walking the pydantic models."""
+    model: Any = SweepConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            if model is Distribution or part in getattr(model, "model_fields", {}):
+                continue
+            # A dict value (e.g. space.<name>): the next model is the value type.
+            if model is SweepConfig:
+                return None
+            continue
+        ann = field.annotation
+        nxt = None
+        for cand in (ModelSpec, Distribution, ReferenceSpec, PrunerSpec, SamplerSpec, ResourcesSpec,
+                     ExecutorSpec, HeartbeatSpec, TrainSpec, FaultSpec):
+            if ann is cand or cand.__name__ in str(ann):
+                nxt = cand
+                break
+        if nxt is None:
+            return None
+        model = nxt
+    return [k for k in getattr(model, "model_fields", {}) if k != "source"]
+
+
+def _format_error(path: str, err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+    # pydantic puts union branch names in the location ("float", "literal['optimal']"): drop them.
+    clean: list[Any] = []
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or part in ("float", "int", "str", "bool", "none", "dict")):
+            continue
+        clean.append(part)
+    field = ".".join(str(x) for x in clean) or "(top level)"
+    if e["type"] == "extra_forbidden":
+        allowed = _allowed_keys(tuple(clean[:-1]))
+        hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        return f"{path}: field '{field}': unknown key{hint}"
+    ctx = e.get("ctx") or {}
+    inner = ctx.get("error")
+    if isinstance(inner, _FieldError):
+        return f"{path}: field '{inner.field}': {inner.message}"
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    got = e.get("input")
+    quiet = e["type"] == "missing" or isinstance(got, dict | list) or "got " in msg
+    shown = "" if quiet else f" (got {got!r})"
+    return f"{path}: field '{field}': {msg}{shown}"
+
+
+def parse_sweep(data: Any, path: str = "<sweep>") -> SweepConfig:
+    """Validate a parsed YAML document into a `SweepConfig`; `InputError` names ``path`` and the field."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise InputError(f"{path}: expected a mapping of sweep fields at the top level, got {kind}")
+    if "source" in data:
+        raise InputError(f"{path}: field 'source': unknown key (it is set from the file name)")
+    try:
+        return SweepConfig.model_validate({**data, "source": path})
+    except ValidationError as err:
+        raise InputError(_format_error(path, err)) from None
+
+
+def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
+    """Read and validate a sweep YAML file. Creates nothing; every error is an `InputError` naming it."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: sweep file not found (give a sweep YAML, e.g. studies/quickstart.yaml)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{p}: cannot read the sweep file ({err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise InputError(f"{p}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise InputError(f"{p}: the sweep file is empty (see studies/quickstart.yaml for an example)")
+    return parse_sweep(data, str(p))

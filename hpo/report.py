@@ -1,0 +1,319 @@
+"""Results of a sweep: the trial table (printed and CSV), the curves CSV, plots and the compute saved.
+
+Everything is read from the Optuna study (the storage), so a report works on a finished, a running or an
+interrupted sweep alike. Files (written atomically):
+
+- ``results.csv``: one row per trial (columns `COLUMNS`).
+- ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp).
+- ``curves.png``: left, the loss curves over t̂ with each pruned trial's predicted final loss and interval at
+  t̂ = 1 and its decision point; right, the normalized curves ℓ = L / L(1) (L(1): the final loss, or the
+  predicted one for a pruned trial) with the reference surrogate's collapsed curve when one is known.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+COLUMNS = ("number", "state", "draw", "seed", "attempt", "lr", "batch_tokens", "warmup", "weight_decay",
+           "tau", "tpp", "total_tokens", "tokens_trained", "final_loss", "predicted_final_loss",
+           "predicted_low",
+           "predicted_high", "decision_fraction", "prune_reason", "error")
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(float(x)) else None
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute of a sweep in tokens: ``spent`` (all trials, failed attempts included) against ``unpruned``
+    (every planned trial trained to its end)."""
+
+    spent: float
+    unpruned: float
+
+    @property
+    def fraction(self) -> float:
+        """spent / unpruned (0 when nothing is planned)."""
+        return self.spent / self.unpruned if self.unpruned > 0 else 0.0
+
+    @property
+    def saved(self) -> float:
+        """1 − fraction: the share of the unpruned compute not spent."""
+        return 1.0 - self.fraction
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """One dict per trial (keys `COLUMNS`), by trial number; WAITING trials are left out."""
+    import optuna
+
+    rows = []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number):
+        if t.state == optuna.trial.TrialState.WAITING:
+            continue
+        a = t.user_attrs
+        tokens = a.get("tokens_trained")
+        if tokens is None and t.intermediate_values:
+            tokens = max(int(s) for s in t.intermediate_values)
+        row = {
+            "number": t.number, "state": t.state.name, "draw": a.get("draw"), "seed": a.get("seed"),
+            "attempt": a.get("attempt"), "lr": a.get("lr", t.params.get("lr")),
+            "batch_tokens": a.get("batch_tokens", t.params.get("batch_tokens")), "warmup": a.get("warmup"),
+            "weight_decay": a.get("weight_decay"), "tau": a.get("tau"), "tpp": a.get("tpp"),
+            "total_tokens": a.get("total_tokens"), "tokens_trained": tokens,
+            "final_loss": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
+            "predicted_final_loss": a.get("predicted_final_loss"), "predicted_low": a.get("predicted_low"),
+            "predicted_high": a.get("predicted_high"), "decision_fraction": a.get("decision_fraction"),
+            "prune_reason": a.get("prune_reason"), "error": a.get("error"),
+        }
+        rows.append(row)
+    return rows
+
+
+def compute(study: optuna.Study, unpruned: float) -> Compute:
+    """Tokens spent by every trial of the study against ``unpruned`` tokens."""
+    spent = sum(float(r["tokens_trained"] or 0) for r in trial_rows(study))
+    return Compute(spent, float(unpruned))
+
+
+def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The COMPLETE trial with the lowest final loss (None without one)."""
+    done = [r for r in rows if r["state"] == "COMPLETE" and _num(r["final_loss"]) is not None]
+    return min(done, key=lambda r: r["final_loss"]) if done else None
+
+
+def _fmt(x: Any, spec: str = ".4g") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return format(x, spec)
+    return str(x)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The results table as text: one line per trial, the best marked with ``*``."""
+    best = best_row(rows)
+    head = ["", "trial", "state", "draw", "seed", "lr", "batch", "λ", "τ", "tokens", "final", "predicted",
+            "at t̂", "note"]
+    lines = []
+    for r in rows:
+        note = r["error"] if r["state"] == "FAIL" else (r["prune_reason"] if r["state"] == "PRUNED" else "")
+        lines.append([
+            "*" if best is not None and r["number"] == best["number"] else "", str(r["number"]), r["state"],
+            _fmt(r["draw"]), _fmt(r["seed"]), _fmt(r["lr"], ".3g"), _fmt(r["batch_tokens"]),
+            _fmt(r["weight_decay"], ".3g"), _fmt(r["tau"], ".3g"),
+            _tokens(r["tokens_trained"]), _fmt(r["final_loss"], ".4f"),
+            _fmt(r["predicted_final_loss"], ".4f"),
+            _fmt(r["decision_fraction"], ".2f"), (str(note or ""))[:60],
+        ])
+    widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    out += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in lines]
+    return "\n".join(out)
+
+
+def _tokens(x: Any) -> str:
+    from collapse_hpo.hpo.progress import human_tokens
+
+    return "-" if x is None else human_tokens(float(x))
+
+
+def summary_lines(rows: list[dict[str, Any]], comp: Compute) -> list[str]:
+    """The best trial and the compute saved, as printed at the end of a sweep."""
+    best = best_row(rows)
+    counts = {s: sum(1 for r in rows if r["state"] == s) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+    lines = [", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v) or "no trials"]
+    if best is not None:
+        lines.append(f"best: trial {best['number']} (draw {best['draw']}, seed {best['seed']}) "
+                     f"lr={best['lr']:.4g} "
+                     f"batch_tokens={best['batch_tokens']} final_loss={best['final_loss']:.4f}")
+    from collapse_hpo.hpo.progress import human_tokens
+
+    lines.append(f"compute: {human_tokens(comp.spent)} of {human_tokens(comp.unpruned)} tokens "
+                 f"({100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved)")
+    return lines
+
+
+def _atomic(path: Path) -> tuple[int, str]:
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+
+def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    """Write the trial rows as CSV (columns `COLUMNS`), atomically."""
+    p = Path(path)
+    fd, tmp = _atomic(p)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def trial_curves(study: optuna.Study) -> list[Any]:
+    """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = tokens / total_tokens)."""
+    import numpy as np
+
+    from collapse_hpo.hpo.reference import SAMPLER_STEP_ATTR
+    from collapse_hpo.predictors.curves import Curve
+    from collapse_hpo.predictors.schedules import Schedule
+
+    curves = []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number):
+        a = t.user_attrs
+        total = _num(a.get("total_tokens"))
+        if not t.intermediate_values or total is None:
+            continue
+        skip = a.get(SAMPLER_STEP_ATTR)
+        items = sorted((int(s), float(v)) for s, v in t.intermediate_values.items() if s != skip)
+        steps = np.array([s for s, _ in items], dtype=float)
+        loss = np.array([v for _, v in items], dtype=float)
+        sched = Schedule.parse(a.get("schedule"))
+        curves.append(Curve(run=f"trial{t.number}", t_hat=steps / total, loss=loss, schedule=sched,
+                            tau=_num(a.get("tau")), tpp=_num(a.get("tpp")) or math.nan,
+                            meta={"state": t.state.name, "number": t.number}))
+    return curves
+
+
+def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> Any:
+    from collapse_hpo.hpo.reference import STUDY_REFERENCE_ATTR
+    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.predictors.surrogate import Surrogate
+
+    try:
+        if reference_path is not None and reference_path.is_file():
+            return Surrogate.load(reference_path)
+        stored = study.user_attrs.get(STUDY_REFERENCE_ATTR)
+        if isinstance(stored, dict) and stored.get("surrogate"):
+            return Surrogate.from_dict(stored["surrogate"], source="study attr")
+    except InputError:
+        return None
+    return None
+
+
+def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_path: Path | None = None,
+                title: str = "") -> None:
+    """Write the curves figure (PNG, atomically): raw curves with predictions and decision points, and the
+    normalized curves with the reference collapsed curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    curves = trial_curves(study)
+    fig, (ax, axn) = plt.subplots(1, 2, figsize=(13, 5))
+    colors = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:gray"}
+    best = study.best_trial.number if any(t.state.name == "COMPLETE" for t in trials.values()) else None
+    surrogate = _reference_surrogate(study, reference_path)
+    for c in curves:
+        t = trials[c.meta["number"]]
+        state = c.meta["state"]
+        a = t.user_attrs
+        color = "tab:green" if t.number == best else colors.get(state, "tab:gray")
+        lw = 2.2 if t.number == best else 1.0
+        ok = np.isfinite(c.loss)
+        ax.plot(c.t_hat[ok], c.loss[ok], color=color, lw=lw, alpha=0.85)
+        pred = _num(a.get("predicted_final_loss"))
+        frac = _num(a.get("decision_fraction"))
+        if state == "PRUNED" and pred is not None:
+            lo, hi = _num(a.get("predicted_low")), _num(a.get("predicted_high"))
+            if lo is not None and hi is not None:
+                ax.vlines([1.0], lo, hi, color=color, lw=1.0, alpha=0.6)
+            ax.plot([1.0], [pred], "o", color=color, ms=4, alpha=0.8)
+            ax.plot([c.t_hat[ok][-1], 1.0], [c.loss[ok][-1], pred], ls=":", color=color, lw=0.8)
+        if state == "PRUNED" and frac is not None and ok.any():
+            i = int(np.argmin(np.abs(c.t_hat - frac)))
+            ax.plot([c.t_hat[i]], [c.loss[i]], "x", color="k", ms=6)
+        final = t.value if state == "COMPLETE" else pred
+        if final is not None and final > 0:
+            axn.plot(c.t_hat[ok], c.loss[ok] / final, color=color, lw=lw, alpha=0.7)
+    if surrogate is not None and curves:
+        ref = curves[0]
+        grid = np.linspace(0.02, 1.0, 200)
+        try:
+            shape = surrogate.normalized(grid, ref.schedule, ref.tau, ref.tpp)
+            axn.plot(grid, shape, color="k", lw=2, ls="--", label="reference (surrogate)")
+        except Exception:  # a reference that cannot be drawn for these controls is left out of the figure
+            pass
+    from matplotlib.lines import Line2D
+
+    legend = [Line2D([], [], color="tab:green", lw=2.2, label="best"),
+              Line2D([], [], color="tab:blue", label="complete"),
+              Line2D([], [], color="tab:orange", label="pruned (• predicted final, x decision)"),
+              Line2D([], [], color="tab:red", label="failed")]
+    ax.legend(handles=legend, fontsize=8)
+    ax.set_xlabel("t̂ (tokens seen / total tokens)")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"{title} loss curves".strip())
+    lows = [float(np.nanmin(c.loss[np.isfinite(c.loss)])) for c in curves if np.isfinite(c.loss).any()]
+    if lows:
+        ax.set_ylim(min(lows) * 0.97, min(lows) * 1.6)
+    axn.set_xlabel("t̂")
+    axn.set_ylabel("ℓ = L / L(1)  (L(1) predicted for pruned trials)")
+    axn.set_ylim(0.95, 1.6)
+    axn.set_xlim(0.1, 1.0)
+    if surrogate is not None:
+        axn.legend(fontsize=8)
+    axn.set_title("normalized (collapsed) curves")
+    fig.tight_layout()
+    p = Path(path)
+    fd, tmp = _atomic(p)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpruned: float,
+                 reference_path: Path | None = None, title: str = "") -> tuple[str, list[str]]:
+    """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines)."""
+    from collapse_hpo.predictors.curves import write_curves_csv
+
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = trial_rows(study)
+    write_results_csv(out / "results.csv", rows)
+    curves = trial_curves(study)
+    if curves:
+        write_curves_csv(out / "curves.csv", curves)
+        plot_curves(out / "curves.png", study, reference_path, title)
+    comp = compute(study, unpruned)
+    lines = summary_lines(rows, comp)
+    import optuna
+
+    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    def slot(t: optuna.trial.FrozenTrial) -> tuple[Any, Any]:
+        return t.user_attrs.get("draw", t.number), t.user_attrs.get("seed", 0)
+
+    trials = study.get_trials(deepcopy=False)
+    live = {slot(t) for t in trials if t.state != optuna.trial.TrialState.FAIL}
+    interrupted = len({slot(t) for t in trials if t.user_attrs.get("interrupted")} - live)
+    if waiting or interrupted:
+        lines.append(f"the sweep is not finished ({waiting} planned trials not started, {interrupted} "
+                     "interrupted): continue it with `collapse-hpo resume`")
+    lines.append(f"files: {out / 'results.csv'}, {out / 'curves.csv'}, {out / 'curves.png'}")
+    return format_table(rows), lines

@@ -1,0 +1,622 @@
+"""Launch a sweep on Ray Tune with the Optuna study as the single source of truth.
+
+Architecture (why it is shaped like this):
+
+- **Trials are asked in the driver.** `StudySearcher` is a small ``ray.tune.search.Searcher`` wrapping the
+  study: each ``suggest`` calls ``study.ask`` in the driver process, so the sampler runs once, seeded, in one
+  place. (Ray's ``OptunaSearch`` is not used: it hard-codes a NopPruner and records trials stopped by a
+  scheduler as COMPLETE.) For samplers whose draws do not depend on results (random, qmc, grid) the whole plan
+  is drawn up front and stored in the study as WAITING trials (``enqueue_trial``), so a pruned sweep, an
+  unpruned sweep and an interrupted-then-resumed sweep train exactly the same hyperparameters. TPE asks live.
+- **Each Ray trial is one Optuna trial.** The Tune config names the storage, the study and the trial number;
+  the worker (`collapse_hpo.hpo.trial.trial_function`) opens the trial there, trains, reports to Optuna and
+  Tune, and ends the trial itself (COMPLETE / PRUNED / FAIL). Everything a restart needs is in the storage:
+  curves (intermediate values, step = tokens), controls and pruner decisions (user attrs), heartbeats.
+- **Failures.** A trial that raises ends FAIL with its error recorded by the worker; a worker that dies
+  (killed, out of memory) is failed by the driver with Ray's error. Either way the sweep goes on, and the
+  trial's slot (draw, seed) is tried again while it has retries left (``retries`` in the YAML): a new Optuna
+  trial with the same params and ``attempt`` + 1.
+- **Resume.** ``resume`` opens the same study, waits until trials left RUNNING by a dead driver have a stale
+  Optuna heartbeat (older than ``heartbeat.grace`` s), marks them FAIL (``interrupted``: not counted as an
+  attempt) and reruns their slots from the start; completed and pruned trials are kept as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collapse_hpo.hpo.config import SweepConfig
+from collapse_hpo.hpo.progress import Progress, human_tokens
+from collapse_hpo.predictors.errors import InputError
+
+if TYPE_CHECKING:
+    import optuna
+
+# Fields of the sweep file that may change between `run` and `resume` (they do not change what is trained).
+RUNTIME_FIELDS = ("executor", "resources", "retries", "results", "source", "storage", "heartbeat")
+# Study user attrs written by the runner.
+SWEEP_ATTR = "sweep_config"
+PRUNE_ATTR = "prune"
+WALL_ATTR = "wall_time"  # list of {command, started (UTC), wall_s}: one per run / resume of the driver
+
+
+@dataclass(frozen=True)
+class SweepLocation:
+    """Where a sweep lives: results folder, Optuna storage URL, study name, and whether it prunes."""
+
+    results: Path
+    storage_url: str
+    study_name: str
+    prune: bool
+
+
+def locate(sweep: SweepConfig, results: str | os.PathLike[str] | None = None, *,
+           no_prune: bool = False) -> SweepLocation:
+    """The location of ``sweep``. With ``no_prune`` (and a pruner enabled in the file) the sweep is a separate
+    one: study ``<name>-noprune`` in ``<results>-noprune`` (unless ``results`` is given)."""
+    prune = sweep.pruner.enabled and not no_prune
+    suffix = "-noprune" if (no_prune and sweep.pruner.enabled) else ""
+    folder = sweep.results_dir(results)
+    if suffix and results is None:
+        folder = folder.with_name(folder.name + suffix)
+    return SweepLocation(folder, sweep.storage_url(folder), sweep.name + suffix, prune)
+
+
+def _field_error(sweep: SweepConfig, field: str, message: str) -> InputError:
+    return InputError(f"{sweep.source or '<sweep>'}: field '{field}': {message}")
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}@{host}"
+    return url
+
+
+def check_storage(sweep: SweepConfig, url: str, results: Path | None = None) -> None:
+    """Raise InputError (naming the file and field ``storage``) when the storage cannot be reached.
+
+    Creates nothing: a SQLite URL needs an existing folder (the default one, ``results``, is created
+    later); a server URL is connected to with a 10 s timeout."""
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[-1]
+        if not path or path == ":memory:":
+            raise _field_error(sweep, "storage", "in-memory SQLite cannot be shared with Ray workers")
+        parent = Path(path).parent
+        if parent != results and not parent.is_dir():
+            raise _field_error(sweep, "storage", f"folder {parent} of the SQLite file does not exist")
+        return
+    import sqlalchemy
+
+    from collapse_hpo.hpo.trial import storage_url
+
+    url = storage_url(url)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("postgresql"):
+        kwargs["connect_args"] = {"connect_timeout": 10}
+    try:
+        engine = sqlalchemy.create_engine(url, **kwargs)
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise _field_error(sweep, "storage", f"cannot connect to {_redact(url)} ({first}); check the URL and "
+                           "that the server is running") from None
+
+
+def _sqlite_parent(url: str) -> Path | None:
+    if not url.startswith("sqlite"):
+        return None
+    return Path(url.split(":///", 1)[-1]).parent
+
+
+def preflight(sweep: SweepConfig, prune: bool) -> None:
+    """Check everything that can be checked before anything is created: model size and token budget, a
+    TrainConfig at the corners of the space, and the pruner's reference. Raises InputError naming the file."""
+    from collapse_hpo.hpo.space import space_for_sweep
+    from collapse_hpo.hpo.trial import build_pruner, train_config
+
+    where = sweep.source or "<sweep>"
+    try:
+        space_for_sweep(sweep)
+    except InputError as err:
+        raise InputError(f"{where}: field 'model': {err}") from None
+    for params in _corners(sweep):
+        try:
+            train_config(sweep, params, sweep.seeds[0])
+        except InputError as err:
+            names = ", ".join(f"{k}={v}" for k, v in params.items())
+            what = names or "the fixed values"
+            raise InputError(f"{where}: the trial with {what} is invalid: {err}") from None
+    try:
+        build_pruner(sweep, prune)
+    except InputError as err:
+        raise InputError(f"{where}: field 'pruner.reference': {err}") from None
+
+
+def _corners(sweep: SweepConfig) -> list[dict[str, Any]]:
+    """Parameter sets at the bounds of each distribution (every combination of low/high or choices)."""
+    axes: list[list[tuple[str, Any]]] = []
+    for name, d in sweep.space.items():
+        if d.type == "categorical":
+            values: list[Any] = list(d.choices or [])
+        elif d.type == "int":
+            values = [int(d.low or 0), int(d.high or 0)]
+        else:
+            values = [float(d.low or 0.0), float(d.high or 0.0)]
+        axes.append([(name, v) for v in values])
+    combos = list(itertools.product(*axes))[:64]
+    return [dict(c) for c in combos] or [{}]
+
+
+def make_sampler(sweep: SweepConfig) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler named in the file, seeded."""
+    import optuna
+
+    s = sweep.sampler
+    if s.name == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.name == "qmc":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(seed=s.seed, scramble=True, warn_independent_sampling=False)
+    if s.name == "grid":
+        return optuna.samplers.GridSampler({k: d.values() for k, d in sweep.space.items()}, seed=s.seed)
+    return optuna.samplers.TPESampler(seed=s.seed)
+
+
+def plan_draws(sweep: SweepConfig) -> list[dict[str, Any]]:
+    """The hyperparameter draws of a sweep whose sampler does not depend on results, in order.
+
+    Drawn with the seeded sampler in a scratch in-memory study, so the same file always gives the same plan.
+    Grid draws follow the order of the values in the file (first key slowest).
+    """
+    import optuna
+
+    if sweep.sampler.name == "grid":
+        keys = list(sweep.space)
+        grid = itertools.product(*(sweep.space[k].values() for k in keys))
+        return [dict(zip(keys, combo)) for combo in grid]
+    dists = {k: d.to_optuna() for k, d in sweep.space.items()}
+    scratch = optuna.create_study(sampler=make_sampler(sweep))
+    draws = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(sweep.n_draws):
+            t = scratch.ask(dists)
+            draws.append(dict(t.params))
+            scratch.tell(t, 0.0)
+    return draws
+
+
+def _sweep_fingerprint(sweep: SweepConfig) -> dict[str, Any]:
+    d = sweep.to_jsonable()
+    for key in RUNTIME_FIELDS:
+        d.pop(key, None)
+    return d
+
+
+def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
+    """Create the sweep's study (refusing to overwrite one) and store the plan as WAITING trials."""
+    import optuna
+
+    from collapse_hpo.hpo.trial import open_storage
+
+    storage = open_storage(loc.storage_url, sweep)
+    try:
+        study = optuna.create_study(study_name=loc.study_name, storage=storage, direction="minimize",
+                                    sampler=make_sampler(sweep), load_if_exists=False)
+    except optuna.exceptions.DuplicatedStudyError:
+        raise InputError(
+            f"{sweep.source}: study {loc.study_name!r} already exists in {_redact(loc.storage_url)}: "
+            "continue it "
+            f"with `collapse-hpo resume {sweep.source}`, or give --results DIR for a new sweep") from None
+    study.set_user_attr(SWEEP_ATTR, _sweep_fingerprint(sweep))
+    study.set_user_attr(PRUNE_ATTR, loc.prune)
+    if sweep.planned:
+        for draw, params in enumerate(plan_draws(sweep)):
+            for seed in sweep.seeds:
+                study.enqueue_trial(params, user_attrs={"draw": draw, "seed": seed, "attempt": 0})
+    return study
+
+
+def open_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
+    """Open an existing sweep study (`resume`, `report`); InputError if there is none or the file changed."""
+    import optuna
+
+    from collapse_hpo.hpo.trial import open_storage
+
+    storage = open_storage(loc.storage_url, sweep)
+    try:
+        study = optuna.load_study(study_name=loc.study_name, storage=storage, sampler=make_sampler(sweep))
+    except KeyError:
+        raise InputError(f"{sweep.source}: no sweep {loc.study_name!r} in {_redact(loc.storage_url)} yet: "
+                         "start it "
+                         f"with `collapse-hpo run {sweep.source}`") from None
+    stored = study.user_attrs.get(SWEEP_ATTR)
+    now = _sweep_fingerprint(sweep)
+    if isinstance(stored, dict) and stored != now:
+        changed = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+        raise InputError(f"{sweep.source}: field '{changed[0]}': changed since the sweep started (was "
+                         f"{json.dumps(stored.get(changed[0]))}); restore it, or start a new sweep with "
+                         "--results")
+    return study
+
+
+# ---------------------------------------------------------------------------------------------- slots
+def _slot(t: optuna.trial.FrozenTrial) -> tuple[int, int]:
+    return int(t.user_attrs.get("draw", t.number)), int(t.user_attrs.get("seed", 0))
+
+
+def reconcile(study: optuna.Study, sweep: SweepConfig, progress: Progress | None = None) -> int:
+    """Enqueue the slots (draw, seed) whose every trial failed, while they have retries left.
+
+    A failure marked ``interrupted`` (stale heartbeat after a driver died) does not count as an attempt.
+    Returns the number of trials enqueued.
+    """
+    import optuna
+
+    TS = optuna.trial.TrialState
+    by_slot: dict[tuple[int, int], list[optuna.trial.FrozenTrial]] = {}
+    for t in study.get_trials(deepcopy=False):
+        by_slot.setdefault(_slot(t), []).append(t)
+    added = 0
+    for slot, trials in sorted(by_slot.items()):
+        if any(t.state != TS.FAIL for t in trials):
+            continue
+        attempts = sum(1 for t in trials if not t.user_attrs.get("interrupted"))
+        last = max(trials, key=lambda t: t.number)
+        if attempts > sweep.retries:
+            continue
+        study.enqueue_trial(dict(last.params), user_attrs={
+            "draw": slot[0], "seed": slot[1], "attempt": attempts, "retry_of": last.number})
+        added += 1
+        if progress is not None:
+            why = f"retry {attempts}/{sweep.retries}"
+            if last.user_attrs.get("interrupted"):
+                why = "rerun (interrupted)"
+            progress.note(f"trial {last.number} (draw {slot[0]}, seed {slot[1]}) queued again: {why}")
+    return added
+
+
+def _heartbeat_ages(storage: Any, study_id: int) -> dict[int, float | None]:
+    """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one)."""
+    import optuna
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    rdb = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
+    out: dict[int, float | None] = {}
+    with rdb.scoped_session() as session:
+        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+        rows = (session.query(models.TrialModel)
+                .filter(models.TrialModel.study_id == study_id)
+                .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING).all())
+        for row in rows:
+            beats = list(row.heartbeats)
+            out[row.trial_id] = (now - beats[0].heartbeat).total_seconds() if beats else None
+    return out
+
+
+def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progress | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> list[int]:
+    """Mark the trials left RUNNING by a dead driver FAIL (``interrupted``), once their heartbeat is stale.
+
+    Waits up to ``heartbeat.grace`` + 2 · ``interval`` seconds for running trials to go stale; raises
+    InputError if some still beat after that (another driver is running the sweep). Returns their numbers.
+    """
+    import optuna
+
+    storage = study._storage
+    hb = sweep.heartbeat
+    deadline = time.monotonic() + hb.grace + 2 * hb.interval
+    failed: list[int] = []
+    announced = False
+    while True:
+        for trial_id, age in _heartbeat_ages(storage, study._study_id).items():
+            if age is not None and age <= hb.grace:
+                continue
+            number = storage.get_trial(trial_id).number
+            try:
+                storage.set_trial_user_attr(trial_id, "interrupted", True)
+                storage.set_trial_user_attr(
+                    trial_id, "error", f"stale: no heartbeat for {age or 0:.0f} s (> grace {hb.grace} s); "
+                    "its driver or worker died, rerun from the start")
+                if storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL):
+                    failed.append(number)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass
+        remaining = _heartbeat_ages(storage, study._study_id)
+        if not remaining:
+            return failed
+        if time.monotonic() > deadline:
+            numbers = sorted(storage.get_trial(tid).number for tid in remaining)
+            raise InputError(f"{sweep.source}: trials {numbers} of study {study.study_name!r} still record "
+                             "heartbeats: another driver is running this sweep; stop it before resuming")
+        if progress is not None and not announced:
+            progress.note(f"waiting up to {hb.grace} s for the heartbeats of {len(remaining)} trial(s) left "
+                          "running by the previous driver to go stale")
+            announced = True
+        sleep(hb.interval)
+
+
+# ---------------------------------------------------------------------------------------------- searcher
+def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress,
+                  max_concurrent: int, error_dir: Path) -> Any:
+    """A `StudySearcher` (defined lazily: Ray is imported only when a sweep runs)."""
+    import optuna
+    from ray.tune.search import Searcher
+
+    TS = optuna.trial.TrialState
+    from collapse_hpo.hpo.trial import trial_config
+
+    class StudySearcher(Searcher):
+        """A Ray Tune searcher that asks the Optuna study in the driver and reports back to it."""
+
+        def __init__(self) -> None:
+            super().__init__(metric="loss", mode="min")
+            self.dists = {k: d.to_optuna() for k, d in sweep.space.items()}
+            self.live: dict[str, int] = {}
+
+        def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
+                                  **spec: Any) -> bool:
+            return True
+
+        def _draws(self, trials: list[optuna.trial.FrozenTrial]) -> int:
+            return len({int(t.user_attrs["draw"]) for t in trials if "draw" in t.user_attrs})
+
+        def suggest(self, trial_id: str) -> dict | str | None:
+            if len(self.live) >= max_concurrent:
+                return None
+            trials = study.get_trials(deepcopy=False)
+            waiting = any(t.state == TS.WAITING for t in trials)
+            new_draw = not waiting and not sweep.planned and self._draws(trials) < sweep.n_draws
+            if not waiting and not new_draw:
+                return None if self.live else Searcher.FINISHED
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trial = study.ask(self.dists)
+            study._storage.record_heartbeat(trial._trial_id)
+            if new_draw:
+                draw = self._draws(trials)
+                trial.set_user_attr("draw", draw)
+                trial.set_user_attr("seed", sweep.seeds[0])
+                trial.set_user_attr("attempt", 0)
+                for seed in sweep.seeds[1:]:
+                    attrs0 = {"draw": draw, "seed": seed, "attempt": 0}
+                    study.enqueue_trial(dict(trial.params), user_attrs=attrs0)
+            self.live[trial_id] = trial.number
+            attrs = study._storage.get_trial(trial._trial_id).user_attrs
+            note = f" (seed {attrs.get('seed', 0)}"
+            note += f", attempt {attrs['attempt']})" if attrs.get("attempt") else ")"
+            progress.started(trial.number, dict(trial.params), note if len(sweep.seeds) > 1 or
+                             attrs.get("attempt") else "")
+            return trial_config(sweep, loc.storage_url, loc.study_name, trial.number, loc.prune, loc.results)
+
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            number = self.live.get(trial_id)
+            if number is not None and "tokens" in result:
+                progress.result(number, float(result["tokens"]))
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            number = self.live.pop(trial_id, None)
+            if number is None:
+                return
+            tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+            frozen = study._storage.get_trial(tid)
+            if frozen.state == TS.RUNNING:
+                self._fail_dead_worker(tid, number, error)
+                frozen = study._storage.get_trial(tid)
+            progress.finished(frozen)
+            if frozen.state == TS.FAIL:
+                reconcile(study, sweep, progress)
+
+        def _fail_dead_worker(self, tid: int, number: int, error: bool) -> None:
+            text = "the Ray worker ended without finishing the trial (killed, out of memory or crashed)"
+            err_file = error_dir / f"trial_{number}" / "error.txt"
+            if err_file.is_file():
+                lines = [ln.strip() for ln in err_file.read_text(errors="replace").splitlines() if ln.strip()]
+                useful = [ln for ln in lines if not ln.startswith(("Failure #", "Traceback", "File "))]
+                if useful:
+                    text += f": {useful[-1][:300]}"
+            s = study._storage
+            try:
+                s.set_trial_user_attr(tid, "error", text)
+                s.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
+                s.set_trial_state_values(tid, state=TS.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass
+
+    return StudySearcher()
+
+
+# ---------------------------------------------------------------------------------------------- launch
+def unpruned_tokens(sweep: SweepConfig, study: optuna.Study | None = None) -> float:
+    """Tokens of the planned trials each trained to the end (the compute of the sweep without pruning).
+
+    Each slot (draw, seed) counts once with the trainer's exact token budget for its params (D is a whole
+    number of steps of its batch_tokens); draws not made yet (TPE) count with the budget before rounding.
+    """
+    from collapse_hpo.hpo.space import sweep_total_tokens
+    from collapse_hpo.hpo.trial import train_config
+
+    approx, _tpp, _n = sweep_total_tokens(sweep)
+    slots: dict[tuple[int, int], float] = {}
+    if study is not None:
+        for t in study.get_trials(deepcopy=False):
+            if _slot(t) in slots:
+                continue
+            total = t.user_attrs.get("total_tokens")
+            if not isinstance(total, int | float):
+                try:
+                    total = train_config(sweep, dict(t.params), _slot(t)[1])[1]["total_tokens"]
+                except (InputError, KeyError):
+                    total = approx
+            slots[_slot(t)] = float(total)
+    missing = max(0, sweep.n_trials - len(slots))
+    return float(sum(slots.values())) + missing * float(approx)
+
+
+def _init_ray(sweep: SweepConfig) -> None:
+    import logging
+
+    import ray
+
+    # Ray's own output off: the old output engine honours verbose=0 (the new one always prints a banner).
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
+    ex = sweep.executor
+    common: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
+                              "ignore_reinit_error": True}
+    if ex.address:
+        ray.init(address=ex.address, **common)
+    else:
+        ray.init(num_cpus=ex.num_cpus or os.cpu_count() or 1, num_gpus=ex.num_gpus,
+                 include_dashboard=False, **common)
+    for name in ("ray", "ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _capacity(sweep: SweepConfig) -> int:
+    import ray
+
+    res = ray.cluster_resources()
+    cpus = float(res.get("CPU", 1.0))
+    n = int(cpus // sweep.resources.cpu) if sweep.resources.cpu > 0 else 1
+    if sweep.resources.gpu > 0:
+        n = min(n, int(float(res.get("GPU", 0.0)) // sweep.resources.gpu))
+    if n < 1:
+        raise InputError(f"{sweep.source}: field 'resources': a trial needs {sweep.resources.cpu} CPU and "
+                         f"{sweep.resources.gpu} GPU but the Ray cluster has {res.get('CPU', 0)} CPU and "
+                         f"{res.get('GPU', 0)} GPU; lower the resources per trial")
+    return max(1, n)
+
+
+def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> None:
+    """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries)."""
+    import optuna
+    import ray
+    from ray import tune
+
+    from collapse_hpo.hpo.trial import trial_function
+
+    _init_ray(sweep)
+    searcher = None
+    try:
+        capacity = _capacity(sweep)
+        run_name = f"{loc.study_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        ray_dir = loc.results / "ray"
+        searcher = make_searcher(study, sweep, loc, progress, capacity, ray_dir / run_name)
+        resources = {"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu}
+        trainable = tune.with_resources(trial_function, resources)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher, num_samples=-1, max_concurrent_trials=capacity, reuse_actors=True,
+                trial_name_creator=lambda t: f"trial_{t.config.get('number', t.trial_id)}",
+                trial_dirname_creator=lambda t: f"trial_{t.config.get('number', t.trial_id)}",
+            ),
+            run_config=tune.RunConfig(
+                name=run_name, storage_path=str(ray_dir), verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        tuner.fit()
+    finally:
+        ray.shutdown()
+    # Tune returns early when it is interrupted (Ctrl-C): its trials were stopped with the cluster, so the
+    # ones still RUNNING in the study are marked interrupted now (resume reruns them without waiting for
+    # their heartbeats to go stale).
+    left = sorted(searcher.live.values()) if searcher is not None else []
+    for number in left:
+        storage = study._storage
+        tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        if storage.get_trial(tid).state != optuna.trial.TrialState.RUNNING:
+            continue
+        try:
+            storage.set_trial_user_attr(tid, "interrupted", True)
+            storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
+                                        "`collapse-hpo resume` reruns it")
+            storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        progress.running.pop(number, None)
+        progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
+
+
+def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
+              out: Any = None) -> optuna.Study:
+    """Create (``run``) or continue (``resume``) the sweep at ``loc`` and run it to the end.
+
+    Nothing is created when the file, the reference or the storage is bad (InputError). Prints one line
+    per event and returns the study.
+    """
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    preflight(sweep, loc.prune)
+    check_storage(sweep, loc.storage_url, loc.results)
+    parent = _sqlite_parent(loc.storage_url)
+    default_db = parent is not None and parent == loc.results
+    if resume:
+        if default_db and not (parent / "study.db").exists():  # type: ignore[operator]
+            raise InputError(f"{sweep.source}: no sweep to resume in {loc.results}: start it with "
+                             f"`collapse-hpo run {sweep.source}`")
+        study = open_study(sweep, loc)
+        loc = SweepLocation(loc.results, loc.storage_url, loc.study_name,
+                            bool(study.user_attrs.get(PRUNE_ATTR, loc.prune)))
+    else:
+        loc.results.mkdir(parents=True, exist_ok=True)
+        study = create_study(sweep, loc)
+    progress = Progress(unpruned_tokens(sweep, study), out=out)
+    if resume:
+        progress.seed_from([t for t in study.get_trials(deepcopy=False)
+                            if t.state.is_finished() and not t.user_attrs.get("interrupted")])
+        stale = fail_stale_trials(study, sweep, progress)
+        if stale:
+            progress.note(f"trials {stale} were running when the driver stopped: marked FAIL (interrupted)")
+        reconcile(study, sweep, progress)
+    mode = "pruning on" if loc.prune else "pruning off"
+    per_trial = human_tokens(progress.unpruned_tokens / max(1, sweep.n_trials))
+    progress.note(f"sweep {loc.study_name!r}: {sweep.n_trials} trials of {per_trial} tokens, {mode}, "
+                  f"storage {_redact(loc.storage_url)}")
+    started = time.time()
+    if _work_left(study, sweep):
+        launch(study, sweep, loc, progress)
+    else:
+        progress.note("nothing left to run: every trial of the sweep has finished")
+    segments = list(study.user_attrs.get(WALL_ATTR) or [])
+    segments.append({"command": "resume" if resume else "run", "started": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "wall_s": round(time.time() - started, 1)})
+    study.set_user_attr(WALL_ATTR, segments)
+    return study
+
+
+def _work_left(study: optuna.Study, sweep: SweepConfig) -> bool:
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state in (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING) for t in trials):
+        return True
+    draws = {t.user_attrs.get("draw") for t in trials}
+    return not sweep.planned and len(draws - {None}) < sweep.n_draws
+
+
+def finite(x: Any) -> bool:
+    """True for a finite number."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,769 @@
+"""`CollapseScheduler`: the collapse pruning rule as a Ray Tune ``TrialScheduler`` for existing Tune jobs.
+
+Add it to any ``Tuner(...)`` (any search algorithm). It reads the metric (a training loss) and the training
+fraction t̂ from each reported result, predicts each trial's final loss from its partial curve with the same
+rule as the Optuna ``CollapsePruner`` (``hpo.decision.decide``), and returns ``STOP`` for trials that will
+confidently not win::
+
+    from ray import tune
+    from collapse_hpo.hpo.scheduler import CollapseScheduler
+
+    scheduler = CollapseScheduler(reference="surrogate.json", metric="loss", time_attr="t_hat",
+                                  tau=0.2, tpp=20)
+    tuner = tune.Tuner(train_fn, param_space=space,
+                       tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=16))
+
+t̂ is ``result[time_attr]`` when ``total_tokens`` is None (the trainable reports t̂), else
+``result[time_attr] / total_tokens`` (e.g. ``time_attr="tokens", total_tokens=2e9``; ``total_tokens`` may
+also name a key of the result or of the trial config that holds each trial's token budget).
+
+State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles the scheduler as it was
+before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
+in a JSON file in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``), rewritten
+atomically (temp file + ``os.replace``) after every result it processes and before it answers Tune (also into
+Tune's driver staging copy of that directory, which Tune syncs over the experiment directory). A
+restored run reloads it: a trial pruned before the interruption is stopped again at once, completed trials
+keep counting as competitors, and replayed results (a trial restarted from its checkpoint or from scratch
+re-reports t̂ it already reported) are answered from the record instead of being judged again, so the
+decisions after a restore are the ones the uninterrupted run would have made. Only trials that Tune adds
+in this session count as competitors, so a fresh run in an old experiment directory ignores stale trials.
+
+Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
+an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
+tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ · T_HAT_STEPS) and the user attr
+``total_tokens`` is T_HAT_STEPS); PRUNED when this scheduler stops it, with the pruner's user attrs
+(``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``decision_fraction``, ``prune_reason``,
+``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with a
+``prune_reason`` saying so when something else stopped it early; FAIL when it errored. Numeric config values
+become trial params (``param_distributions`` gives their search distributions, else a one-point distribution
+at the value); the whole config is kept in the user attr ``ray_config``. The mirror also makes an online
+reference possible (``reference="online"``: calibrate on the sweep's own completed trials).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+
+from collapse_hpo.hpo.decision import Decision, PruneSettings, decide
+from collapse_hpo.hpo.pruner import DECISIONS_ATTR
+from collapse_hpo.hpo.reference import (
+    COMPLETE_T_HAT,
+    OnlineReference,
+    TrialControls,
+    make_reference,
+)
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import Prediction
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import Surrogate
+
+if TYPE_CHECKING:
+    import optuna
+    from ray.tune.experiment import Trial
+
+STATE_FILE = "collapse_scheduler_state.json"
+STATE_FORMAT = "collapse-hpo-scheduler-state"
+STATE_VERSION = 1
+#: Optuna steps per unit t̂ when the trainable reports t̂ but not tokens (the mirror's total_tokens then).
+T_HAT_STEPS = 1_000_000
+#: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
+STATUSES = ("running", "pruned", "complete", "stopped", "error")
+
+ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+@dataclass
+class TrialRecord:
+    """What the scheduler knows about one Tune trial (the JSON state holds one per trial).
+
+    Attributes:
+        trial_id: Ray Tune trial id (stable across ``Tuner.restore``).
+        status: one of STATUSES.
+        t_hat: training fractions of the accepted reports (strictly increasing).
+        loss: the metric at those fractions (NaN kept: it means divergence).
+        tokens: tokens seen at those reports (or None when only t̂ is known).
+        schedule, tau, tpp, total_tokens: the trial's controls (schedule as ``Schedule.to_dict()``).
+        prediction: the latest successful prediction (``Prediction`` fields), None before one.
+        decision: the latest decision: fraction, prune, reason (and user attrs written to Optuna).
+        final_loss: the loss at the last report when the trial completed.
+        replayed: reports received again after a restore (t̂ not beyond the last accepted one).
+        log: every judgement, oldest first, as [t̂, prune (bool), predicted final loss or None].
+        optuna_trial_id: the mirrored Optuna trial (storage trial id), when mirroring.
+        config: the trial config, JSON-safe, for the mirror and for people reading the file.
+    """
+
+    trial_id: str
+    status: str = "running"
+    t_hat: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    tokens: list[float | None] = field(default_factory=list)
+    schedule: dict[str, Any] = field(default_factory=lambda: Schedule().to_dict())
+    tau: float | None = None
+    tpp: float | None = None
+    total_tokens: float | None = None
+    prediction: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    final_loss: float | None = None
+    replayed: int = 0
+    log: list[list[Any]] = field(default_factory=list)
+    optuna_trial_id: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def prediction_obj(self) -> Prediction | None:
+        """The latest prediction as a ``Prediction``."""
+        if self.prediction is None:
+            return None
+        known = {f.name for f in fields(Prediction)}
+        return Prediction(**{k: v for k, v in self.prediction.items() if k in known})
+
+
+class CollapseScheduler(FIFOScheduler):
+    """Stop Ray Tune trials whose predicted final loss will confidently not win (FIFO order otherwise).
+
+    Args:
+        reference: where the surrogate comes from: a ``Surrogate``, a surrogate JSON path, ``"online"`` (the
+            mirrored study's own completed trials; needs ``storage``), a mapping as in the sweep YAML, or None
+            (no prediction: only NaN/inf/non-positive losses are stopped).
+        metric: result key of the training loss (default: TuneConfig's metric, else "loss"). Lower is better.
+        mode: "min" (the only mode that makes sense for a loss; default from TuneConfig, else "min").
+        time_attr: result key of the training progress: t̂ itself, or tokens seen when ``total_tokens`` is set.
+        total_tokens: None (``time_attr`` is t̂), a number of tokens D, or the name of a result or config key
+            holding each trial's D.
+        schedule, tau, tpp: the trials' controls (LR schedule shape, AdamW timescale B/(ηλD) with None = no
+            weight decay, tokens per parameter), used when ``controls`` gives none.
+        controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
+            ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
+        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k).
+        state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
+            directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
+        storage, study_name: Optuna storage URL and study to mirror trials into (both or neither).
+        param_distributions: Optuna distributions of config keys, for the mirrored trial params.
+        complete_fraction: a trial that ends at t̂ ≥ this is COMPLETE (its last loss is the final loss).
+        report_prediction: give a mirrored PRUNED trial its predicted final loss as its value (default: its
+            last reported loss, Optuna's convention); the prediction is in its user attrs either way.
+            Trade-off as for the pruner's option of that name: a sampler reading the study ranks pruned
+            trials by their prediction, so a bad prediction steers it.
+    """
+
+    def __init__(
+        self,
+        reference: Any = None,
+        *,
+        metric: str | None = None,
+        mode: str | None = None,
+        time_attr: str = "t_hat",
+        total_tokens: float | str | None = None,
+        schedule: Schedule | str | Mapping[str, Any] | None = None,
+        tau: float | None = None,
+        tpp: float | None = None,
+        controls: ControlsFn | None = None,
+        settings: PruneSettings | None = None,
+        state_path: str | os.PathLike[str] | None = None,
+        storage: str | None = None,
+        study_name: str | None = None,
+        param_distributions: Mapping[str, Any] | None = None,
+        complete_fraction: float = COMPLETE_T_HAT,
+        report_prediction: bool = False,
+    ) -> None:
+        super().__init__()
+        if mode is not None and mode != "min":
+            raise InputError(f"CollapseScheduler: mode must be 'min' (the metric is a loss), got {mode!r}")
+        if not isinstance(time_attr, str) or not time_attr:
+            raise InputError(f"CollapseScheduler: time_attr must be a result key, got {time_attr!r}")
+        if total_tokens is not None and not isinstance(total_tokens, str) and (
+            isinstance(total_tokens, bool)
+            or not isinstance(total_tokens, int | float)
+            or not (math.isfinite(total_tokens) and total_tokens > 0)
+        ):
+            raise InputError(
+                f"CollapseScheduler: total_tokens must be a positive number of tokens or a result/config "
+                f"key, got {total_tokens!r}"
+            )
+        if (storage is None) != (study_name is None):
+            raise InputError(
+                "CollapseScheduler: give both storage and study_name to mirror into Optuna, or neither"
+            )
+        if not 0.0 < complete_fraction <= 1.0:
+            raise InputError(
+                f"CollapseScheduler: complete_fraction must be in (0, 1], got {complete_fraction}"
+            )
+        if isinstance(reference, str) and reference.strip().lower() == "online" and storage is None:
+            raise InputError(
+                "CollapseScheduler: reference='online' needs storage and study_name (the mirror)"
+            )
+        self._metric = metric
+        self._mode = mode
+        self.time_attr = time_attr
+        self.total_tokens = total_tokens
+        self.defaults = TrialControls.check(schedule=schedule, tau=tau, tpp=tpp, where="CollapseScheduler")
+        self.controls = controls
+        self.settings = settings or PruneSettings()
+        self.state_path = None if state_path is None else str(state_path)
+        self.storage = storage
+        self.study_name = study_name
+        self.param_distributions = dict(param_distributions or {})
+        self.complete_fraction = float(complete_fraction)
+        if not isinstance(report_prediction, bool):
+            raise InputError(
+                f"CollapseScheduler: report_prediction must be true or false, got {report_prediction!r}"
+            )
+        self.report_prediction = report_prediction
+        # A surrogate file is read now, so that a bad path fails before the Tune run starts.
+        self._reference_spec = reference
+        self._reference = None if reference is None else make_reference(reference)
+        if isinstance(self._reference, OnlineReference) and storage is None:
+            raise InputError(
+                "CollapseScheduler: an online reference needs storage and study_name (the mirror)"
+            )
+        self._records: dict[str, TrialRecord] = {}
+        self._active: set[str] = set()
+        self._loaded_from: str | None = None
+        self._copies: list[str] = []
+        self._study: optuna.study.Study | None = None
+
+    # ------------------------------------------------------------------ pickling (Tune pickles the scheduler)
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_study"] = None  # a live storage connection does not pickle
+        state["_reference"] = None  # references hold locks; rebuilt from the spec
+        state["_records"] = {}
+        state["_active"] = set()
+        state["_loaded_from"] = None
+        state["_copies"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        spec = self._reference_spec
+        self._reference = None if spec is None else make_reference(spec)
+
+    # ------------------------------------------------------------------ Tune API
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Take metric and mode from TuneConfig unless given here (both set = conflict, as in Tune)."""
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        if metric:
+            self._metric = metric
+        if mode:
+            if mode != "min":
+                raise InputError(f"CollapseScheduler: mode must be 'min' (a loss), got {mode!r}")
+            self._mode = mode
+        if self._metric is None:
+            self._metric = "loss"
+        if self._mode is None:
+            self._mode = "min"
+        return True
+
+    @property
+    def metric(self) -> str:
+        """The result key of the training loss."""
+        return self._metric or "loss"
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        """Register the trial (a restored one finds its record in the state file)."""
+        self._ensure_loaded(trial)
+        rec = self._records.get(trial.trial_id)
+        if rec is None:
+            rec = self._new_record(trial)
+            if trial.status in ("TERMINATED", "ERROR"):  # restored as finished, but not in the state file
+                rec.status = "stopped"
+                rec.decision = {"prune_reason": "finished before this scheduler kept state; outcome unknown"}
+            self._records[trial.trial_id] = rec
+            self._save()
+        elif rec.status == "error":  # restored with resume/restart_errored: it runs again
+            rec.status = "running"
+            rec.optuna_trial_id = None  # its FAIL stays in the mirror; the rerun is a new Optuna trial
+            self._save()
+        self._active.add(trial.trial_id)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """Record the report and decide: CONTINUE or STOP."""
+        self._ensure_loaded(trial)
+        rec = self._records.get(trial.trial_id)
+        if rec is None:
+            self.on_trial_add(tune_controller, trial)
+            rec = self._records[trial.trial_id]
+        if rec.status == "pruned":
+            return TrialScheduler.STOP  # pruned before a restore: stop the rerun at once
+        point = self._point(rec, trial, result)
+        if point is None:
+            return TrialScheduler.CONTINUE
+        t, y, tokens = point
+        if rec.t_hat and t <= rec.t_hat[-1]:
+            # A replay (restored trial re-reporting) or an out-of-order/repeated report: already judged.
+            rec.replayed += 1
+            return TrialScheduler.CONTINUE
+        if rec.status in ("stopped", "complete"):
+            rec.status = "running"  # resumed past where it had ended: a new mirrored Optuna trial
+            rec.optuna_trial_id = None
+        rec.t_hat.append(t)
+        rec.loss.append(y)
+        rec.tokens.append(tokens)
+        decision, label = self._decide(rec)
+        self._apply(rec, decision, label)
+        self._save()
+        self._mirror_report(rec, decision, label)
+        return TrialScheduler.STOP if decision.prune else TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        """A trial ended (trained to its end, or stopped): record COMPLETE or how it stopped."""
+        self._ensure_loaded(trial)
+        rec = self._records.get(trial.trial_id)
+        if rec is None:
+            return
+        if rec.status == "running":
+            self._finish(rec)
+            self._save()
+        self._mirror_finish(rec)
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        """A trial errored; FAIL in the mirror unless Tune is about to retry it."""
+        rec = self._records.get(trial.trial_id)
+        if rec is None:
+            return
+        retry = trial.status == "RUNNING" and trial.should_recover()
+        if rec.status == "running" and not retry:
+            rec.status = "error"
+            rec.decision = {**(rec.decision or {}), "error": _error_text(trial)}
+            self._save()
+            self._mirror_finish(rec)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        """A pending or paused trial was removed (e.g. a pruned trial stopped before it reran)."""
+        rec = self._records.get(trial.trial_id)
+        if rec is not None and rec.status == "running" and rec.t_hat:
+            self._finish(rec)
+            self._save()
+            self._mirror_finish(rec)
+
+    def debug_string(self) -> str:
+        """One line for Tune's status table."""
+        counts = {s: 0 for s in STATUSES}
+        for tid in self._active:
+            counts[self._records[tid].status] += 1
+        best = self.best_final_loss()
+        best_s = "none yet" if best is None else f"{best:.4g}"
+        return (
+            f"CollapseScheduler: {counts['running']} running, {counts['pruned']} pruned, "
+            f"{counts['complete']} complete (best final {self.metric} {best_s})"
+        )
+
+    def save(self, checkpoint_path: str) -> None:
+        """Write the state JSON to ``checkpoint_path`` (Tune's scheduler checkpoint hook)."""
+        _write_json(checkpoint_path, self._state_dict())
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Read the state written by ``save`` or kept in the experiment directory."""
+        self._records = _read_state(checkpoint_path)
+        self._loaded_from = str(checkpoint_path)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def records(self) -> dict[str, TrialRecord]:
+        """Every trial record of this session, by Tune trial id."""
+        return {tid: self._records[tid] for tid in self._active if tid in self._records}
+
+    @property
+    def state_file(self) -> str | None:
+        """The state JSON in use (None before the first trial is added)."""
+        return self._loaded_from
+
+    def best_final_loss(self) -> float | None:
+        """The lowest final loss of the completed trials of this session, or None."""
+        finals = [r.final_loss for r in self.records.values() if r.status == "complete"]
+        finals = [f for f in finals if f is not None and math.isfinite(f)]
+        return min(finals) if finals else None
+
+    # ------------------------------------------------------------------ internals
+    def _ensure_loaded(self, trial: Trial) -> None:
+        if self._loaded_from is not None:
+            return
+        if self.state_path is not None:
+            path, self._copies = self.state_path, []
+        else:
+            path, self._copies = _default_state_paths(trial)
+        self._loaded_from = path
+        if os.path.exists(path):
+            self._records = _read_state(path)
+
+    def _new_record(self, trial: Trial) -> TrialRecord:
+        config = _json_safe(dict(trial.config or {}))
+        c = dict(self.controls(trial.config) if self.controls is not None else {})
+        unknown = set(c) - {"schedule", "tau", "tpp", "total_tokens"}
+        if unknown:
+            raise InputError(
+                f"CollapseScheduler: controls() returned unknown key(s) {', '.join(sorted(unknown))}; "
+                "allowed: schedule, tau, tpp, total_tokens"
+            )
+        total = c.get("total_tokens")
+        if total is None and isinstance(self.total_tokens, int | float):
+            total = float(self.total_tokens)
+        elif total is None and isinstance(self.total_tokens, str):
+            total = (trial.config or {}).get(self.total_tokens)
+        ctl = TrialControls.check(
+            total_tokens=total,
+            schedule=c.get("schedule", self.defaults.schedule),
+            tau=c.get("tau", self.defaults.tau),
+            tpp=c.get("tpp", self.defaults.tpp),
+            where=f"CollapseScheduler trial {trial.trial_id}",
+        )
+        return TrialRecord(
+            trial_id=trial.trial_id,
+            schedule=ctl.schedule.to_dict(),
+            tau=ctl.tau,
+            tpp=ctl.tpp,
+            total_tokens=ctl.total_tokens,
+            config=config,
+        )
+
+    def _point(
+        self, rec: TrialRecord, trial: Trial, result: Mapping[str, Any]
+    ) -> tuple[float, float, float | None] | None:
+        """(t̂, loss, tokens) of a result, or None when the result carries no progress or no metric."""
+        progress = result.get(self.time_attr)
+        y = result.get(self.metric)
+        if progress is None or y is None or isinstance(progress, bool):
+            return None
+        try:
+            progress = float(progress)
+            y = float(y)
+        except (TypeError, ValueError):
+            return None
+        if not math.isfinite(progress):
+            return None
+        if self.total_tokens is None:
+            return progress, y, (progress * rec.total_tokens if rec.total_tokens else None)
+        total = rec.total_tokens
+        if isinstance(self.total_tokens, str) and self.total_tokens in result:
+            total = float(result[self.total_tokens])
+            rec.total_tokens = total
+        if not total or total <= 0:
+            raise InputError(
+                f"CollapseScheduler: trial {trial.trial_id}: total_tokens key {self.total_tokens!r} is in "
+                "neither the result nor the config; report it or pass a number"
+            )
+        return progress / total, y, progress
+
+    def _surrogate(self) -> tuple[Surrogate | None, str]:
+        if self._reference is None:
+            return None, "no reference"
+        return self._reference.get(self._mirror_study(), self.defaults)
+
+    def _decide(self, rec: TrialRecord) -> tuple[Decision, str]:
+        """The decision on the record's curve against this session's other trials, and the reference label."""
+        competitors: list[float | Prediction] = []
+        for tid in self._active:
+            other = self._records.get(tid)
+            if other is None or tid == rec.trial_id or other.status == "error":
+                continue
+            if other.status == "complete" and other.final_loss is not None:
+                competitors.append(other.final_loss)
+            else:
+                p = other.prediction_obj()
+                if p is not None:
+                    competitors.append(p)
+        surrogate, label = self._surrogate()
+        decision = decide(
+            rec.t_hat,
+            rec.loss,
+            surrogate=surrogate,
+            schedule=Schedule.from_dict(rec.schedule),
+            tau=rec.tau,
+            tpp=rec.tpp if rec.tpp is not None else math.nan,
+            competitors=competitors,
+            settings=self.settings,
+        )
+        return decision, label
+
+    def _judged(self, decision: Decision) -> bool:
+        """Whether a decision is a judgement (logged), as in the pruner: a prune, or from min_fraction on."""
+        return decision.prune or (
+            math.isfinite(decision.fraction) and decision.fraction >= self.settings.min_fraction
+        )
+
+    def _apply(self, rec: TrialRecord, decision: Decision, label: str) -> None:
+        p = decision.prediction
+        good = p is not None and p.ok
+        if good:
+            rec.prediction = asdict(p)
+        rec.decision = {
+            "t_hat": rec.t_hat[-1],
+            "prune": decision.prune,
+            "threshold": decision.threshold,
+            "reference": label,
+            **decision.user_attrs(),
+        }
+        if self._judged(decision):
+            rec.log.append([rec.t_hat[-1], bool(decision.prune), float(p.final_loss) if good else None])
+        if decision.prune:
+            rec.status = "pruned"
+
+    def _finish(self, rec: TrialRecord) -> None:
+        if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):
+            rec.status = "complete"
+            rec.final_loss = rec.loss[-1]
+        else:
+            rec.status = "stopped"
+            last = f"{rec.t_hat[-1]:.4g}" if rec.t_hat else "0"
+            rec.decision = {
+                **(rec.decision or {}),
+                "prune_reason": (
+                    f"stopped by Ray Tune at t_hat={last}, before the end of training "
+                    "(not by the collapse rule)"
+                ),
+            }
+
+    def _state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "metric": self.metric,
+            "time_attr": self.time_attr,
+            "trials": {tid: asdict(r) for tid, r in self._records.items()},
+        }
+
+    def _save(self) -> None:
+        if self._loaded_from is not None:
+            state = self._state_dict()
+            for path in (self._loaded_from, *self._copies):
+                _write_json(path, state)
+
+    # ------------------------------------------------------------------ Optuna mirror
+    def _mirror_study(self) -> optuna.study.Study | None:
+        if self.storage is None:
+            return None
+        if self._study is None:
+            import optuna
+
+            self._study = optuna.create_study(
+                storage=self.storage, study_name=self.study_name, direction="minimize", load_if_exists=True
+            )
+        return self._study
+
+    def _mirror_trial(self, rec: TrialRecord) -> int | None:
+        """The mirrored Optuna trial id, created (RUNNING, with params and controls) on first use."""
+        study = self._mirror_study()
+        if study is None:
+            return None
+        if rec.optuna_trial_id is not None:
+            return rec.optuna_trial_id
+        import optuna
+
+        params, dists = _params(rec.config, self.param_distributions)
+        attrs: dict[str, Any] = {
+            "ray_trial_id": rec.trial_id,
+            "ray_config": rec.config,
+            "total_tokens": rec.total_tokens if rec.total_tokens else T_HAT_STEPS,
+            "schedule": rec.schedule,
+            "tau": rec.tau,
+            "tpp": rec.tpp,
+        }
+        if not rec.total_tokens:
+            attrs["step_unit"] = f"t_hat * {T_HAT_STEPS} (the Tune trials report t_hat, not tokens)"
+        frozen = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs
+        )
+        rec.optuna_trial_id = study._storage.create_new_trial(study._study_id, template_trial=frozen)
+        self._save()
+        return rec.optuna_trial_id
+
+    def _mirror_report(self, rec: TrialRecord, decision: Decision, label: str) -> None:
+        tid = self._mirror_trial(rec)
+        if tid is None:
+            return
+        storage = self._study._storage
+        total = rec.total_tokens if rec.total_tokens else T_HAT_STEPS
+        tokens = rec.tokens[-1]
+        step = round(tokens) if tokens is not None else round(rec.t_hat[-1] * total)
+        y = rec.loss[-1]
+        storage.set_trial_intermediate_value(tid, step, y)
+        if rec.total_tokens and isinstance(self.total_tokens, str):
+            storage.set_trial_user_attr(tid, "total_tokens", rec.total_tokens)
+        attrs = dict(decision.user_attrs())
+        if not self._judged(decision):
+            attrs = {"prune_reason": attrs["prune_reason"]}
+        else:
+            entry = {
+                "step": step,
+                "t_hat": attrs["decision_fraction"],
+                "n": len(rec.t_hat),
+                "prune": bool(decision.prune),
+                "predicted_final_loss": attrs["predicted_final_loss"],
+                "predicted_low": attrs["predicted_low"],
+                "predicted_high": attrs["predicted_high"],
+                "threshold": decision.threshold,
+                "reference": label,
+                "reason": decision.reason,
+            }
+            log = list(storage.get_trial(tid).user_attrs.get(DECISIONS_ATTR) or [])
+            storage.set_trial_user_attr(tid, DECISIONS_ATTR, [*log, entry])
+            if attrs["predicted_final_loss"] is None:  # keep the latest successful prediction visible
+                attrs = {k: attrs[k] for k in ("decision_fraction", "prune_reason")}
+        for k, v in attrs.items():
+            storage.set_trial_user_attr(tid, k, v)
+        if decision.prune:
+            self._mirror_finish(rec)
+
+    def _mirror_finish(self, rec: TrialRecord) -> None:
+        """Give the mirrored trial its final state (idempotent: a finished Optuna trial is left alone)."""
+        if self.storage is None or rec.status == "running":
+            return
+        tid = self._mirror_trial(rec)
+        import optuna
+
+        storage = self._study._storage
+        state = storage.get_trial(tid).state
+        if state.is_finished():
+            return
+        TS = optuna.trial.TrialState
+        if rec.status == "complete":
+            storage.set_trial_user_attr(tid, "final_loss", rec.final_loss)
+            storage.set_trial_state_values(tid, TS.COMPLETE, [rec.final_loss])
+        elif rec.status in ("pruned", "stopped"):
+            if rec.status == "stopped" and rec.decision is not None:
+                storage.set_trial_user_attr(tid, "prune_reason", rec.decision["prune_reason"])
+            last = rec.loss[-1] if rec.loss else None
+            values = [last] if last is not None and math.isfinite(last) else None
+            p = rec.prediction_obj()
+            if self.report_prediction and rec.status == "pruned" and p is not None and p.ok:
+                values = [float(p.final_loss)]
+                storage.set_trial_user_attr(tid, "value_is", "predicted_final_loss")
+            storage.set_trial_state_values(tid, TS.PRUNED, values)
+        else:
+            storage.set_trial_user_attr(tid, "fail_reason", str((rec.decision or {}).get("error", "error")))
+            storage.set_trial_state_values(tid, TS.FAIL, None)
+
+
+# ---------------------------------------------------------------------- helpers
+def _error_text(trial: Trial) -> str:
+    """The first line of the trial's error file (its path when unreadable), for the FAIL reason."""
+    path = getattr(trial, "error_file", None)
+    if not path:
+        return "the Ray Tune trial raised (no error file)"
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+    except OSError:
+        return f"the Ray Tune trial raised; see {path}"
+    return (lines[-1] if lines else "the Ray Tune trial raised")[:500] + f" (see {path})"
+
+
+def _default_state_paths(trial: Trial) -> tuple[str, list[str]]:
+    """The state file in the experiment directory, and the copies that must be kept equal to it.
+
+    Tune keeps a driver-side staging copy of the experiment directory that it syncs *up* to the storage
+    path at every experiment checkpoint (and down on restore), so a file written only to the storage path
+    would be overwritten by the stale staging copy; the state goes to both. On a local filesystem the
+    storage path is written first and is what a restore reads; on a remote one only the staging copy can
+    be written, and Tune syncs it with its experiment state.
+    """
+    import pyarrow.fs
+
+    storage = trial.storage
+    staging = os.path.join(storage.experiment_driver_staging_path, STATE_FILE)
+    os.makedirs(os.path.dirname(staging), exist_ok=True)
+    if not isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
+        return staging, []
+    base = storage.experiment_fs_path
+    os.makedirs(base, exist_ok=True)
+    primary = os.path.join(base, STATE_FILE)
+    same = os.path.realpath(primary) == os.path.realpath(staging)
+    return primary, [] if same else [staging]
+
+
+def _write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    p = Path(path)
+    text = json.dumps(data, indent=1, allow_nan=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read_state(path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(
+            f"{path}: unreadable CollapseScheduler state ({type(err).__name__}); delete it to start the "
+            "scheduler afresh (its decisions so far are then forgotten)"
+        ) from None
+    fmt = (data.get("format"), data.get("version")) if isinstance(data, dict) else None
+    if fmt != (STATE_FORMAT, STATE_VERSION):
+        raise InputError(f"{path}: not a CollapseScheduler state file (format/version); delete or move it")
+    known = {f.name for f in fields(TrialRecord)}
+    records: dict[str, TrialRecord] = {}
+    for tid, d in (data.get("trials") or {}).items():
+        if not isinstance(d, dict) or d.get("status") not in STATUSES:
+            raise InputError(f"{path}: trial {tid!r} has a malformed record; delete the file to start afresh")
+        records[tid] = TrialRecord(**{k: v for k, v in d.items() if k in known})
+    return records
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            return value.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return repr(value)
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def _params(config: Mapping[str, Any], dists: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optuna params of a Tune config: numbers and values of given distributions (the rest: ray_config)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    params: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for key, value in _flatten(config).items():
+        given = dists.get(key)
+        if given is not None:
+            try:
+                given.to_internal_repr(value)
+                if isinstance(given, CategoricalDistribution) and value not in given.choices:
+                    continue
+            except (ValueError, TypeError):
+                continue
+            params[key], out[key] = value, given
+        elif isinstance(value, bool):
+            params[key], out[key] = value, CategoricalDistribution((False, True))
+        elif isinstance(value, int):
+            params[key], out[key] = value, IntDistribution(value, value)
+        elif isinstance(value, float) and math.isfinite(value):
+            params[key], out[key] = value, FloatDistribution(value, value)
+    return params, out

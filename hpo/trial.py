@@ -1,0 +1,287 @@
+"""The one trial function: it joins the Optuna study, the trainer and Ray Tune.
+
+The driver asks the study for a trial (so the sampler runs once, seeded, in one process) and hands Ray Tune a
+config naming the storage, the study and the trial number. On a Ray worker, `trial_function`:
+
+1. opens the study in the storage and the trial by its number (``optuna.trial.Trial(study, trial_id)``);
+2. derives λ from the held τ (`collapse_hpo.hpo.space`), builds a `TrainConfig` and writes the trial's
+   controls as user attrs (params, weight_decay, tau, tpp, total_tokens, schedule, seed, params);
+3. trains; every `Report` records an Optuna heartbeat, goes to Optuna (``trial.report(loss, tokens)`` then
+   ``trial.should_prune()``) and to Ray Tune (``ray.tune.report``);
+4. ends the trial itself: PRUNED (the pruner has written the predicted final loss), COMPLETE with the final
+   loss, or FAIL with the error recorded (``error``, ``traceback`` user attrs). It never raises for a failed
+   run, so the sweep goes on; a worker that dies outright is failed by the driver (`hpo.runner`).
+
+`run_trial` is the same function without Ray (``tune_report=None``), for tests and plain scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collapse_hpo.hpo.config import SweepConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+    from collapse_hpo.trainers.config import TrainConfig
+
+# Keys of the Ray Tune trial config the driver builds (see `trial_config`).
+CONFIG_KEYS = ("sweep", "storage", "study", "number", "prune", "results")
+
+
+def trial_config(sweep: SweepConfig, storage_url: str, study_name: str, number: int, prune: bool,
+                 results_dir: str | Path) -> dict[str, Any]:
+    """The config of one Ray Tune trial: everything a worker needs to run Optuna trial ``number``."""
+    return {"sweep": sweep.to_jsonable(), "storage": storage_url, "study": study_name, "number": int(number),
+            "prune": bool(prune), "results": str(results_dir)}
+
+
+def storage_url(url: str) -> str:
+    """``url`` with a database driver SQLAlchemy can load: plain ``postgresql://`` means psycopg 3 to
+    SQLAlchemy 2.1; when only psycopg2 is installed it becomes ``postgresql+psycopg2://``."""
+    import importlib.util
+
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def open_storage(url: str, sweep: SweepConfig) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage with the sweep's heartbeat settings (SQLite with a long lock timeout)."""
+    import warnings
+
+    import optuna
+
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(
+            storage_url(url), heartbeat_interval=sweep.heartbeat.interval, grace_period=sweep.heartbeat.grace,
+            **kwargs
+        )
+
+
+def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
+    """The sweep's pruner: the `CollapsePruner` with its reference and settings, or NopPruner when off."""
+    import optuna
+
+    if not (prune and sweep.pruner.enabled):
+        return optuna.pruners.NopPruner()
+    from collapse_hpo.hpo.pruner import CollapsePruner
+
+    p = sweep.pruner
+    return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
+                          confidence=p.confidence, keep_top_k=p.keep_top_k,
+                          report_prediction=p.report_prediction)
+
+
+def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:
+    """The sweep's `FaultSpec` for this (draw, attempt), or None (the normal case)."""
+    for f in sweep.faults:
+        if draw in f.draws and attempt in f.attempts:
+            return f
+    return None
+
+
+def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
+                 fault: Any = None) -> tuple[TrainConfig, dict[str, Any]]:
+    """The `TrainConfig` of a trial with sampled ``params`` and training ``seed``, and its derived
+    hyperparameters (lr, batch_tokens, weight_decay λ, tau τ, total_tokens D, tpp, schedule, ...)."""
+    from collapse_hpo.hpo.space import space_for_sweep
+    from collapse_hpo.predictors.schedules import Schedule
+    from collapse_hpo.trainers.config import TrainConfig, plan
+
+    space = space_for_sweep(sweep)
+    hp = space.derive(params)
+    sched = Schedule.parse(sweep.schedule)
+    sched_fields = {k: float(hp[k]) for k in ("warmup", "decay", "final") if k in hp}
+    if sched_fields:
+        sched = Schedule.from_dict({**sched.to_dict(), **sched_fields, "kind": sched.kind})
+    m = sweep.model
+    t = sweep.train
+    shape: dict[str, Any] = {"width": int(hp.get("width", m.width)), "depth": int(hp.get("depth", m.depth)),
+                             "heads": m.heads, "context": m.context}
+    shape["base_width"] = m.base_width or m.width
+    shape["base_depth"] = m.base_depth or m.depth
+    budget: dict[str, Any] = {"total_tokens": int(sweep.total_tokens or 0)}
+    if sweep.tpp is not None:
+        budget = {"tpp": float(sweep.tpp)}
+    decay: dict[str, Any] = {}
+    held = space.tau is not None or "tau" in sweep.space or "tau" in sweep.fixed
+    if held:
+        decay["tau"] = float(hp["tau"])  # the trainer derives λ = B/(ητD) with its exact D
+    elif hp["weight_decay"]:
+        decay["weight_decay"] = float(hp["weight_decay"])
+    extra: dict[str, Any] = {}
+    for name in ("micro_batch_tokens", "report_every_tokens", "threads"):
+        if getattr(t, name) is not None:
+            extra[name] = getattr(t, name)
+    if t.val_fractions is not None:
+        extra["val_fractions"] = tuple(t.val_fractions)
+    if fault is not None and fault.kind != "kill_worker":
+        from collapse_hpo.trainers.config import FaultConfig
+
+        extra["fault"] = FaultConfig(acknowledge=fault.acknowledge, kind=fault.kind,
+                                     start_t_hat=fault.start_t_hat)
+    config = TrainConfig(**shape, **budget, batch_tokens=int(hp["batch_tokens"]), lr=float(hp["lr"]),
+                         schedule=sched, seed=int(seed), device=t.device, dtype=t.dtype, compile=t.compile,
+                         corpus=_corpus(sweep), **decay, **extra)
+    p = plan(config)
+    derived = {
+        "lr": float(hp["lr"]), "batch_tokens": int(hp["batch_tokens"]), "weight_decay": p.weight_decay,
+        "tau": None if math.isinf(p.tau) else p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
+        "schedule": sched.to_dict(), "warmup": sched.warmup, "seed": int(seed),
+        "params_non_embedding": p.params_non_embedding, "width": shape["width"], "depth": shape["depth"],
+    }
+    return config, derived
+
+
+def _corpus(sweep: SweepConfig) -> str:
+    c = sweep.train.corpus
+    if c == "stdlib":
+        return c
+    p = Path(c).expanduser()
+    return str(p if p.is_absolute() else sweep.base_dir() / p)
+
+
+class _Heartbeat:
+    """Records an Optuna heartbeat for a trial every ``interval`` seconds (daemon thread) and on demand."""
+
+    def __init__(self, storage: Any, trial_id: int, interval: float) -> None:
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"heartbeat-{trial_id}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        # A missed heartbeat only risks a stale mark later; never crash training for it.
+        with contextlib.suppress(Exception):
+            self.storage.record_heartbeat(self.trial_id)
+
+    def __enter__(self) -> _Heartbeat:
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], None] | None = None) -> str:
+    """Train Optuna trial ``config["number"]`` and end it; returns its final state name.
+
+    ``config`` is `trial_config`'s dict. ``tune_report`` receives one metrics dict per `Report` (``loss``,
+    ``t_hat``, ``tokens``, ``lr``, ``val_loss``, ``number``). Returns "COMPLETE", "PRUNED", "FAIL", or the
+    state the trial already had when it was not RUNNING (nothing is trained then).
+    """
+    import optuna
+
+    from collapse_hpo.trainers.train import train
+
+    sweep = SweepConfig.model_validate(config["sweep"])
+    storage = open_storage(config["storage"], sweep)
+    study = optuna.load_study(study_name=config["study"], storage=storage,
+                              pruner=build_pruner(sweep, bool(config["prune"])))
+    number = int(config["number"])
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    frozen = storage.get_trial(trial_id)
+    if frozen.state != optuna.trial.TrialState.RUNNING:
+        return frozen.state.name
+    trial = optuna.trial.Trial(study, trial_id)
+    seen: dict[str, Any] = {"tokens": 0, "loss": math.nan}
+    try:
+        with _Heartbeat(storage, trial_id, sweep.heartbeat.interval) as heartbeat:
+            seed = int(frozen.user_attrs.get("seed", 0))
+            fault = injected_fault(sweep, int(frozen.user_attrs.get("draw", number)),
+                                   int(frozen.user_attrs.get("attempt", 0)))
+            train_cfg, derived = train_config(sweep, dict(frozen.params), seed, fault)
+            if fault is not None:
+                trial.set_user_attr("fault", fault.kind)
+            for key, value in derived.items():
+                trial.set_user_attr(key, value)
+
+            def reporter(r: Any) -> None:
+                heartbeat.beat()
+                tokens = int(r.tokens)
+                seen["tokens"] = max(seen["tokens"], tokens)
+                loss = float(r.loss)
+                seen["loss"] = loss
+                trial.report(loss, tokens)
+                if tune_report is not None:
+                    tune_report({"loss": loss, "t_hat": float(r.t_hat), "tokens": tokens, "lr": float(r.lr),
+                                 "val_loss": None if r.val_loss is None else float(r.val_loss),
+                                 "number": number})
+                if fault is not None and fault.kind == "kill_worker" and r.t_hat >= fault.start_t_hat:
+                    os.kill(os.getpid(), signal.SIGKILL)  # an injected fault: the worker dies outright
+                # The last report is the end of training: nothing is saved by pruning there.
+                if float(r.t_hat) < 1.0 - 1e-9 and trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at {tokens} tokens")
+
+            try:
+                result = train(train_cfg, reporter)
+            except optuna.TrialPruned:
+                trial.set_user_attr("tokens_trained", seen["tokens"])
+                study.tell(number, state=optuna.trial.TrialState.PRUNED)
+                return "PRUNED"
+            final = float(result.final_loss)
+            trial.set_user_attr("tokens_trained", int(derived["total_tokens"]))
+            trial.set_user_attr("final_loss", final if math.isfinite(final) else None)
+            vals = [float(r.val_loss) for r in result.curve if r.val_loss is not None]
+            if vals and math.isfinite(vals[-1]):
+                trial.set_user_attr("final_val_loss", vals[-1])
+            if not math.isfinite(final):
+                trial.set_user_attr("error", f"final loss is {final} (the run diverged)")
+                study.tell(number, state=optuna.trial.TrialState.FAIL)
+                return "FAIL"
+            study.tell(number, final)
+            return "COMPLETE"
+    except Exception as err:
+        _record_failure(study, number, trial_id, storage, err, seen["tokens"])
+        return "FAIL"
+
+
+def _record_failure(study: Any, number: int, trial_id: int, storage: Any, err: BaseException,
+                    tokens: int) -> None:
+    """Write the error (type, message, traceback, tokens trained) to the trial and end it FAIL."""
+    import optuna
+
+    first = (str(err).strip().splitlines() or [""])[0][:500]
+    try:
+        if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
+            return
+        storage.set_trial_user_attr(trial_id, "error", f"{type(err).__name__}: {first}")
+        storage.set_trial_user_attr(trial_id, "traceback", traceback.format_exc()[-4000:])
+        storage.set_trial_user_attr(trial_id, "tokens_trained", int(tokens))
+        study.tell(number, state=optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass
+
+
+def trial_function(config: dict[str, Any]) -> None:
+    """The Ray Tune function trainable: `run_trial` reporting each `Report` with ``ray.tune.report``."""
+    from ray import tune
+
+    last: dict[str, Any] = {"loss": math.nan}
+
+    def report(metrics: dict[str, Any]) -> None:
+        last.update(metrics)
+        tune.report(metrics)
+
+    state = run_trial(config, tune_report=report)
+    tune.report({**last, "state": state, "number": int(config["number"])})

@@ -1,0 +1,50 @@
+"""Shared helpers of the sweep tests: a tiny sweep file (a 3K-parameter model, ~32K tokens per trial)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FAULT_ACK = "I am injecting a training fault on purpose"
+
+
+def tiny_sweep(tmp: Path, name: str = "tiny", *, trials: int = 4, prune: bool = False, retries: int = 0,
+               faults: list[dict[str, Any]] | None = None, **extra: Any) -> Path:
+    """Write a tiny τ-held LR sweep file into ``tmp`` and return its path (results go to tmp/results)."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "model": {"width": 16, "depth": 1, "heads": 2, "context": 64},
+        "tpp": 10,
+        "schedule": {"kind": "linear", "warmup": 0.05},
+        "tau": "optimal",
+        "fixed": {"batch_tokens": 512},
+        "space": {"lr": {"type": "float", "low": 1.0e-3, "high": 1.0e-1, "log": True}},
+        "trials": trials,
+        "sampler": {"name": "qmc", "seed": 0},
+        "pruner": {"enabled": prune, "min_fraction": 0.2, "reference": {"online": True, "min_trials": 2}},
+        "resources": {"cpu": 1},
+        "executor": {"num_cpus": 2},
+        "heartbeat": {"interval": 1, "grace": 4},
+        "retries": retries,
+        "results": str(tmp / "results" / name),
+        "train": {"report_every_tokens": 2048, "threads": 1, "val_fractions": [1.0]},
+    }
+    if faults:
+        doc["faults"] = [{"acknowledge": FAULT_ACK, **f} for f in faults]
+    doc.update(extra)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def trials_by_state(storage_url: str, study_name: str) -> dict[str, list[Any]]:
+    """The study's trials grouped by state name."""
+    import optuna
+
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    out: dict[str, list[Any]] = {}
+    for t in study.get_trials():
+        out.setdefault(t.state.name, []).append(t)
+    return out

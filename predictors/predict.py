@@ -193,10 +193,9 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
-    band = surrogate.error_band(p)
-    low, high = interval(c, band, confidence)
-    # The learned mean miss (bias, in log space) corrects the point as it does the interval, so the
-    # prediction is the centre of its own interval rather than the raw alignment divisor.
-    final = c * math.exp(band.bias) if band is not None else c
-    return Prediction(final_loss=final, low=low, high=high, fraction=p, reason=None, n_points=n,
-                      align_mae=mae)
+    # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),
+    # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by
+    # the bias was tried and rejected: an error model learned from very few groups (e.g. 2 sizes of mpl) can
+    # have a bias of e^17, which leaves the interval merely uninformative but the point absurd.
+    low, high = interval(c, surrogate.error_band(p), confidence)
+    return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae)

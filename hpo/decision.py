@@ -18,8 +18,9 @@ Stable signature (keep it; callers in hpo/pruner.py and hpo/scheduler.py depend 
 
 The rule, in words: below ``min_fraction`` of training nothing is judged. From then on the trial's final
 loss is predicted with an interval [low, high] at ``confidence`` (``predict_final_loss``). Each
-competitor contributes a pessimistic final loss (a completed trial: its final loss; a running or pruned
-one: its predicted ``high``). The trial is pruned when its *optimistic* bound ``low`` is worse (larger)
+competitor contributes a pessimistic final loss (a completed trial: its final loss; a running one: its
+predicted ``high``; pruned trials do not compete, since they will never finish). The trial is pruned
+when its *optimistic* bound ``low`` is worse (larger)
 than the ``keep_top_k``-th best pessimistic competitor: then at least ``keep_top_k`` other trials are,
 with the stated confidence, going to end better, and this one cannot be among the best ``keep_top_k``. A
 NaN, inf or non-positive loss prunes at once. A surrogate without an error model gives no interval: then

@@ -43,7 +43,8 @@ class CollapsePruner(BasePruner):
     From ``min_fraction`` of training on, each ``trial.should_prune()`` predicts the trial's final loss
     with an interval [low, high] at ``confidence`` by aligning the curve so far onto the reference
     surrogate's collapsed curve (hpo/decision.py, predictors/predict.py). Each other trial gives a
-    pessimistic final loss: a completed trial its value, a running or pruned trial its predicted ``high``.
+    pessimistic final loss: a completed trial its value, a running trial its predicted ``high`` (pruned
+    trials never finish, so they do not compete).
     The trial is pruned when its optimistic bound ``low`` is larger than the ``keep_top_k``-th best of
     those: then ``keep_top_k`` trials are confidently going to end better. A NaN, inf or non-positive loss
     prunes at once. The study must minimize the loss.
@@ -395,9 +396,11 @@ def _late_reports(log: list[dict[str, Any]], steps: Any) -> int:
 
 
 def _competitors(trials: list[FrozenTrial], number: int) -> tuple[list[float | Prediction], list[int]]:
-    """Completed trials' final losses and the latest predictions of the running and pruned trials.
+    """Completed trials' final losses and the latest predictions of the running trials.
 
-    Returns the competitors and, in the same order, their trial numbers.
+    Pruned trials do not compete: a pruned trial will never finish, so its (possibly stale, or pre-divergence)
+    prediction must not prune anybody. With them counted, a replayed sweep could prune every trial and keep
+    no result. Returns the competitors and, in the same order, their trial numbers.
     """
     out: list[float | Prediction] = []
     numbers: list[int] = []
@@ -408,7 +411,7 @@ def _competitors(trials: list[FrozenTrial], number: int) -> tuple[list[float | P
             if t.value is not None and math.isfinite(t.value):
                 out.append(float(t.value))
                 numbers.append(t.number)
-        elif t.state in (TrialState.RUNNING, TrialState.PRUNED):
+        elif t.state == TrialState.RUNNING:
             # The latest prediction, read from the decision log: one attr, so written atomically (the five
             # separate attrs can be caught half-updated by another worker).
             source: Mapping[str, Any] = t.user_attrs

@@ -463,7 +463,9 @@ class CollapseScheduler(FIFOScheduler):
         competitors: list[float | Prediction] = []
         for tid in self._active:
             other = self._records.get(tid)
-            if other is None or tid == rec.trial_id or other.status == "error":
+            # Only complete and running trials compete: a pruned or stopped trial will never finish, and
+            # its stale prediction must not prune the others (see hpo/pruner.py _competitors).
+            if other is None or tid == rec.trial_id or other.status in ("error", "pruned", "stopped"):
                 continue
             if other.status == "complete" and other.final_loss is not None:
                 competitors.append(other.final_loss)

@@ -1,0 +1,148 @@
+"""`collapse-hpo monitor RUN.csv`: check a logged or live run against a reference curve; alarm on deviation.
+
+The reference is a complete run at the same controls (``--reference``, e.g. a smaller model's curve;
+normalized by its final loss) or a calibrated surrogate (``--surrogate``; ℓ̂ at the run's own schedule, τ and
+TPP). The rule is ``predictors.residuals``: early-align divisor on ``--align``, residual r(t̂) = L/c − ℓ_ref,
+alarm when r > ``--threshold`` for ``--persistence`` reports. The raw-loss rule (smoothed loss above its
+running minimum by ``--raw-margin``) is printed beside it. Exit status 1 when an alarm fired, 0 when not,
+2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HELP = "check a logged or live run against a reference curve and raise an alarm on deviation from collapse"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `collapse-hpo monitor`."""
+    parser.add_argument("curves", help="curve CSV of the run(s) to check (run, t_hat, loss, lr, tau, tpp)")
+    parser.add_argument("--run", action="append", default=None, help="check only this run (repeatable)")
+    ref = parser.add_mutually_exclusive_group(required=True)
+    ref.add_argument("--reference", help="curve CSV with a complete reference run at the same controls")
+    ref.add_argument("--surrogate", help="calibrated surrogate JSON (reference ℓ̂ at the run's controls)")
+    parser.add_argument("--reference-run", default=None,
+                        help="the run in --reference to use (default: its only run)")
+    parser.add_argument("--align", type=float, nargs=2, default=(0.1, 0.3), metavar=("START", "END"),
+                        help="t_hat window of the early-align divisor (default 0.1 0.3)")
+    parser.add_argument("--threshold", type=float, default=0.01,
+                        help="residual threshold in normalized-loss units (default 0.01 = 1%% of final loss)")
+    parser.add_argument("--persistence", type=int, default=3,
+                        help="consecutive deviating reports (default 3)")
+    parser.add_argument("--smooth", type=float, default=0.02,
+                        help="trailing moving-average width, fraction of training (default 0.02)")
+    parser.add_argument("--two-sided", action="store_true",
+                        help="also alarm when the run is below the reference")
+    parser.add_argument("--raw-margin", type=float, default=0.01,
+                        help="raw-loss rule: relative rise above the running minimum (default 0.01)")
+    parser.add_argument("--follow", action="store_true",
+                        help="live: re-read the file every --interval seconds until the run ends or alarms")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between re-reads with --follow")
+    parser.add_argument("--csv", default=None, help="write t_hat, residual per run as CSV here")
+
+
+def _reference_fn(args: argparse.Namespace):
+    """A function curve -> (ref_t_hat, ref_ell) for the chosen reference."""
+    import numpy as np
+
+    from collapse_hpo.predictors.curves import read_curves_csv
+    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.predictors.residuals import normalized_reference
+
+    if args.surrogate:
+        from collapse_hpo.predictors.surrogate import Surrogate
+
+        sur = Surrogate.load(args.surrogate)
+        grid = np.linspace(0.0, 1.0, 1001)
+        return lambda c: (grid, sur.normalized(grid, c.schedule, c.tau, c.tpp))
+    refs = read_curves_csv(args.reference)
+    if args.reference_run is not None:
+        refs = [c for c in refs if c.run == args.reference_run]
+        if not refs:
+            raise InputError(f"{args.reference}: no run named {args.reference_run!r}; check --reference-run")
+    elif len(refs) != 1:
+        raise InputError(f"{args.reference}: holds {len(refs)} runs; pick one with --reference-run")
+    try:
+        ref = normalized_reference(refs[0].t_hat, refs[0].loss, smooth=args.smooth)
+    except InputError as err:
+        raise InputError(f"{args.reference}: run {refs[0].run!r}: {err}") from None
+    if not all(math.isfinite(v) for v in ref[1]):
+        raise InputError(f"{args.reference}: run {refs[0].run!r} has non-finite losses")
+    return lambda c: ref
+
+
+def _check_all(args: argparse.Namespace, rule, ref_of) -> list[tuple]:
+    from collapse_hpo.predictors.curves import read_curves_csv
+    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.predictors.residuals import raw_loss_alarm, residuals
+
+    curves = read_curves_csv(args.curves)
+    if args.run:
+        missing = [r for r in args.run if r not in {c.run for c in curves}]
+        if missing:
+            raise InputError(f"{args.curves}: no run named {missing[0]!r}; check --run")
+        curves = [c for c in curves if c.run in args.run]
+    out = []
+    for c in curves:
+        rt, rl = ref_of(c)
+        res = residuals(c.t_hat, c.loss, rt, rl, rule)
+        raw = raw_loss_alarm(c.t_hat, c.loss, margin=args.raw_margin, persistence=args.persistence,
+                             smooth=args.smooth)
+        out.append((c, res, raw))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check every run; print one line per run. Exit 1 when any alarm fired."""
+    import numpy as np
+
+    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.predictors.residuals import AlarmRule
+
+    rule = AlarmRule(align=tuple(args.align), threshold=args.threshold, persistence=args.persistence,
+                     smooth=args.smooth, two_sided=args.two_sided)
+    if args.interval <= 0:
+        raise InputError(f"monitor: --interval must be positive, got {args.interval}")
+    if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
+        raise InputError(f"monitor: output folder of {args.csv} does not exist; create it first")
+    ref_of = _reference_fn(args)
+    while True:
+        results = _check_all(args, rule, ref_of)
+        done = all(c.complete for c, _, _ in results)
+        fired = any(res.alarm.fired for _, res, _ in results)
+        if not args.follow or done or fired:
+            break
+        last = max((c.last_t_hat for c, _, _ in results), default=float("nan"))
+        print(f"monitor: t_hat={last:.3f}, no alarm yet; next check in {args.interval:g} s", file=sys.stderr)
+        time.sleep(args.interval)
+    print(f"{'run':<28} {'t_hat':>6} {'divisor':>9} {'max r':>8} {'alarm t̂':>8} {'raw-loss t̂':>10}")
+    for c, res, raw in results:
+        r = res.residual[np.isfinite(res.residual)]
+        rmax = f"{r.max():.4f}" if r.size else "-"
+        at = f"{res.alarm.t_hat:.3f}" if res.alarm.fired else "-"
+        rw = f"{raw.t_hat:.3f}" if raw.fired else "-"
+        div = f"{res.divisor:.4f}" if math.isfinite(res.divisor) else "-"
+        print(f"{c.run:<28} {c.last_t_hat:>6.3f} {div:>9} {rmax:>8} {at:>8} {rw:>10}")
+        print(f"  collapse: {res.alarm.reason}")
+        print(f"  raw loss: {raw.reason}")
+    if args.csv:
+        path = Path(args.csv)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write("run,t_hat,residual\n")
+                for c, res, _ in results:
+                    for t, v in zip(res.t_hat, res.residual):
+                        fh.write(f"{c.run},{t:.6g},{'' if not math.isfinite(v) else f'{v:.6g}'}\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return 1 if fired else 0

@@ -1,0 +1,83 @@
+"""`collapse-hpo replay CURVES.csv`: what each pruner would have done on a sweep's finished curves."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+HELP = "replay finished curves through pruners in random trial orders: compute used, regret, best pruned"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `collapse-hpo replay`."""
+    parser.add_argument("curves",
+                        help="curve CSV (run, t_hat, loss, lr, tau, tpp): one complete run per trial")
+    parser.add_argument("--pruner", action="append", default=None, metavar="NAME",
+                        help="pruner to replay (repeatable; default: all). 'list' prints the names")
+    parser.add_argument("--orders", type=int, default=20, help="random trial orders to replay (default 20)")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="concurrent trials, as in a live sweep (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the trial orders (default 0)")
+    parser.add_argument("--reports", type=int, default=None,
+                        help="report points per trial when t_hat grids differ (default: median count)")
+    ref = parser.add_mutually_exclusive_group()
+    ref.add_argument("--surrogate", default=None, help="calibrated surrogate JSON for the collapse pruner")
+    ref.add_argument("--reference", default=None,
+                     help="reference curve CSV to calibrate the collapse surrogate on (not the sweep)")
+    parser.add_argument("--csv", default=None, help="write the summary table as CSV here")
+    parser.add_argument("--plot", default=None, help="write the compute-vs-regret plot (PNG) here")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
+    from collapse_hpo.hpo import peers
+    from collapse_hpo.hpo.replay import (
+        format_table,
+        make_sweep,
+        markdown_table,
+        plot_compute_regret,
+        replay,
+        write_summary_csv,
+    )
+    from collapse_hpo.predictors.curves import read_curves_csv
+    from collapse_hpo.predictors.errors import InputError
+
+    names = peers.available_names()
+    if args.pruner and "list" in args.pruner:
+        for n in names:
+            print(f"{n:<24} {peers.DESCRIPTIONS.get(n, '')}")
+        return 0
+    if args.orders < 1:
+        raise InputError(f"replay: --orders must be at least 1, got {args.orders}")
+    if args.workers < 1:
+        raise InputError(f"replay: --workers must be at least 1, got {args.workers}")
+    chosen = args.pruner or names
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise InputError(f"replay: unknown pruner {unknown[0]!r}; choose from {', '.join(names)}")
+    for out in (args.csv, args.plot):
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise InputError(f"replay: output folder of {out} does not exist; create it first")
+    sweep = make_sweep(read_curves_csv(args.curves), n_reports=args.reports,
+                       name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
+    surrogate = None
+    needs = [n for n in chosen if n in ("collapse", "collapse-tuned")]
+    if needs:
+        surrogate = peers.load_surrogate(surrogate=args.surrogate, reference=args.reference)
+        if surrogate is None:
+            print(f"replay: {', '.join(needs)} skipped: give --surrogate or --reference (a calibration set "
+                  "other than the sweep itself); collapse-online needs neither", file=sys.stderr)
+            chosen = [n for n in chosen if n not in needs]
+    factories = [peers.factory(n, surrogate=surrogate) for n in chosen]
+    print(f"replay {args.curves}: {sweep.n_trials} trials, {sweep.grid.size} reports each, "
+          f"{args.orders} orders, {args.workers} workers", file=sys.stderr)
+    summaries, _ = replay(sweep, factories, orders=args.orders, workers=args.workers, seed=args.seed,
+                          progress=lambda line: print(line, file=sys.stderr))
+    print(markdown_table(summaries) if args.markdown else format_table(summaries))
+    if args.csv:
+        write_summary_csv(args.csv, summaries)
+    if args.plot:
+        plot_compute_regret(args.plot, summaries, title=f"replay of {os.path.basename(args.curves)}")
+    return 0

@@ -1,0 +1,421 @@
+"""Early-stopping rules to compare against, as ``ReplayPruner`` adapters for the replay harness.
+
+Every adapter drives the real object of its library: an Optuna pruner inside a real in-memory Optuna study
+(``study.ask``, ``trial.report``, ``trial.should_prune``, ``study.tell``), a Ray Tune scheduler through its
+``on_trial_add`` / ``on_trial_result`` / ``on_trial_complete`` callbacks with stub ``Trial`` objects (no Ray
+cluster: the schedulers only need the trial ids), surestop's ConformalPruner as an Optuna pruner, and
+our CollapsePruner likewise. Progress is reported to Optuna and Ray as ``t_permille`` = round(1000 t̂), so that
+resource settings (warmup steps, grace periods, rungs) are in thousandths of training, the same for every
+sweep.
+
+``PEERS`` maps a name to a factory. Each rule appears with its library defaults (only the progress unit
+and the
+maximum resource set) and with one tuned setting, chosen before seeing any replay: no decision before 25% of
+training (the point from which the paper reports τ-held orderings to be stable), or the nearest equivalent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from collapse_hpo.hpo.replay import STEP_SCALE, ReplayPruner, Sweep
+
+PrunerFactory = Callable[[], ReplayPruner]
+
+
+class NoPruning:
+    """Every trial runs to the end (the reference: compute 1, regret 0)."""
+
+    name = "none"
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """Nothing to reset."""
+
+    def start(self, trial: int) -> None:
+        """Nothing to do."""
+
+    def report(self, trial: int, index: int) -> bool:
+        """Never stop."""
+        return False
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """Nothing to do."""
+
+
+class TopKAtFraction:
+    """Train every trial to ``fraction`` of its tokens; continue only those among the best ``k`` there.
+
+    Online, as a live sweep must: when a trial reaches the first report at t̂ ≥ ``fraction``, it
+    continues if its
+    loss there ranks within the ``k`` lowest of the losses at that point of every trial that has reached
+    it so far
+    (itself included), else it stops. ``k`` may be a callable of the number of trials.
+    """
+
+    def __init__(self, name: str, fraction: float = 0.1, k: int | Callable[[int], int] = 3) -> None:
+        self.name, self.fraction, self.k = name, fraction, k
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """Find the decision point on the grid and clear the losses seen there."""
+        self.sweep = sweep
+        idx = np.flatnonzero(sweep.grid >= self.fraction - 1e-12)
+        self.index = int(idx[0]) if idx.size else sweep.grid.size - 1
+        self.seen: list[float] = []
+        self.keep = self.k(sweep.n_trials) if callable(self.k) else int(self.k)
+
+    def start(self, trial: int) -> None:
+        """Nothing to do."""
+
+    def report(self, trial: int, index: int) -> bool:
+        """At the decision point: stop unless the loss ranks in the best k seen there."""
+        if index != self.index:
+            return False
+        loss = float(self.sweep.losses[trial, index])
+        self.seen.append(loss)
+        rank = sum(1 for v in self.seen if v < loss)
+        return rank >= self.keep
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """Nothing to do."""
+
+
+class OptunaAdapter:
+    """Drive an Optuna pruner inside a real in-memory study; one study per replay.
+
+    ``make_pruner(sweep)`` builds the pruner; ``setup_trial(trial, curve)`` (optional) sets user attributes a
+    pruner needs about a trial (e.g. its schedule, τ, TPP) right after ``study.ask()``.
+    """
+
+    def __init__(self, name: str, make_pruner: Callable[[Sweep], Any],
+                 setup_trial: Callable[[Any, Any], None] | None = None) -> None:
+        self.name, self.make_pruner, self.setup_trial = name, make_pruner, setup_trial
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """A fresh in-memory study with a RandomSampler (the order of trials is the replay's order)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.sweep = sweep
+        self.steps = sweep.steps
+        self.study = optuna.create_study(
+            study_name=f"replay-{self.name}-{seed}",  # HyperbandPruner hashes the name into brackets
+            direction="minimize",
+            sampler=optuna.samplers.RandomSampler(seed=seed),
+            pruner=self.make_pruner(sweep),
+            storage=optuna.storages.InMemoryStorage(),
+        )
+        self.trials: dict[int, Any] = {}
+
+    def start(self, trial: int) -> None:
+        """``study.ask()`` a trial and attach the run's identity (and the pruner's per-trial settings)."""
+        t = self.study.ask()
+        curve = self.sweep.curves[trial]
+        t.set_user_attr("run", curve.run)
+        if self.setup_trial is not None:
+            self.setup_trial(t, curve)
+        self.trials[trial] = t
+
+    def report(self, trial: int, index: int) -> bool:
+        """``trial.report(loss, t_permille)`` then ``trial.should_prune()``."""
+        t = self.trials[trial]
+        t.report(float(self.sweep.losses[trial, index]), int(self.steps[index]))
+        return bool(t.should_prune())
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """``study.tell`` the trial PRUNED, or COMPLETE with its final loss."""
+        import optuna
+
+        t = self.trials.pop(trial)
+        if pruned:
+            self.study.tell(t, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(t, float(self.sweep.finals[trial]))
+
+
+class _Controller:
+    """The part of Ray Tune's TuneController the schedulers call here: no other live trials waiting."""
+
+    def get_live_trials(self) -> list[Any]:
+        return []
+
+    def get_trials(self) -> list[Any]:
+        return []
+
+
+class RayAdapter:
+    """Drive a Ray Tune TrialScheduler with stub Trial objects and result dicts, as Tune's controller would.
+
+    Results carry ``loss``, ``t_permille`` (round(1000 t̂)) and ``training_iteration`` (1-based report count).
+    STOP ends the trial; PAUSE (only possible with soft stopping) is treated as continue.
+    """
+
+    def __init__(self, name: str, make_scheduler: Callable[[Sweep], Any]) -> None:
+        self.name, self.make_scheduler = name, make_scheduler
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """A fresh scheduler; Ray's bracket choice uses numpy's global RNG, seeded here (reproducible)."""
+        np.random.seed(seed)
+        self.sweep = sweep
+        self.steps = sweep.steps
+        self.scheduler = self.make_scheduler(sweep)
+        self.controller = _Controller()
+        self.trials: dict[int, Any] = {}
+        self.last: dict[int, dict[str, float]] = {}
+
+    def start(self, trial: int) -> None:
+        """A stub Trial, announced with ``on_trial_add``."""
+        from ray.tune.experiment import Trial
+
+        t = Trial("replay", trial_id=f"{trial:05d}", stub=True)
+        self.trials[trial] = t
+        self.scheduler.on_trial_add(self.controller, t)
+
+    def report(self, trial: int, index: int) -> bool:
+        """``on_trial_result``; True on STOP."""
+        from ray.tune.schedulers import TrialScheduler
+
+        result = {
+            "loss": float(self.sweep.losses[trial, index]),
+            "t_permille": int(self.steps[index]),
+            "training_iteration": index + 1,
+        }
+        self.last[trial] = result
+        action = self.scheduler.on_trial_result(self.controller, self.trials[trial], result)
+        return action == TrialScheduler.STOP
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """``on_trial_complete`` for trials that reached the end (Tune does not call it for stopped ones)."""
+        t = self.trials.pop(trial)
+        if not pruned:
+            self.scheduler.on_trial_complete(self.controller, t, self.last[trial])
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+def _first_index(sweep: Sweep, fraction: float) -> int:
+    idx = np.flatnonzero(sweep.grid >= fraction - 1e-12)
+    return int(idx[0]) if idx.size else sweep.grid.size - 1
+
+
+def _optuna(name: str, build: Callable[[Sweep], Any]) -> PrunerFactory:
+    return lambda: OptunaAdapter(name, build)
+
+
+def _median(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.MedianPruner()
+
+
+def _median_tuned(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=250)
+
+
+def _percentile(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.PercentilePruner(25.0)
+
+
+def _percentile_tuned(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.PercentilePruner(25.0, n_startup_trials=4, n_warmup_steps=250)
+
+
+def _sha(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.SuccessiveHalvingPruner()
+
+
+def _sha_tuned(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.SuccessiveHalvingPruner(min_resource=250, reduction_factor=2)
+
+
+def _hyperband(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.HyperbandPruner(max_resource=STEP_SCALE)
+
+
+def _hyperband_tuned(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.HyperbandPruner(min_resource=250, max_resource=STEP_SCALE, reduction_factor=2)
+
+
+def _patient(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.PatientPruner(optuna.pruners.MedianPruner(), patience=1)
+
+
+def _patient_tuned(sweep: Sweep) -> Any:
+    import optuna
+
+    return optuna.pruners.PatientPruner(
+        optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=250), patience=3
+    )
+
+
+def _conformal(sweep: Sweep) -> Any:
+    from surestop import ConformalPruner
+
+    return ConformalPruner()
+
+
+def _conformal_tuned(sweep: Sweep) -> Any:
+    """Calibrate on the first quarter of the trials (at least 5) at α = 1/n_cal; decisions from 25%."""
+    from surestop import ConformalPruner
+
+    n_cal = max(5, math.ceil(sweep.n_trials / 4))
+    return ConformalPruner(n_calibration=n_cal, alpha=1.0 / n_cal, min_peek=_first_index(sweep, 0.25))
+
+
+def _asha(sweep: Sweep) -> Any:
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="t_permille", metric="loss", mode="min", max_t=STEP_SCALE)
+
+
+def _asha_tuned(sweep: Sweep) -> Any:
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="t_permille", metric="loss", mode="min", max_t=STEP_SCALE,
+                         grace_period=250, reduction_factor=2)
+
+
+def _median_stopping(sweep: Sweep) -> Any:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    return MedianStoppingRule(time_attr="t_permille", metric="loss", mode="min")
+
+
+def _median_stopping_tuned(sweep: Sweep) -> Any:
+    from ray.tune.schedulers import MedianStoppingRule
+
+    return MedianStoppingRule(time_attr="t_permille", metric="loss", mode="min", grace_period=250,
+                              min_samples_required=4)
+
+
+PEERS: dict[str, PrunerFactory] = {
+    "none": NoPruning,
+    "median": _optuna("median", _median),
+    "median-tuned": _optuna("median-tuned", _median_tuned),
+    "percentile25": _optuna("percentile25", _percentile),
+    "percentile25-tuned": _optuna("percentile25-tuned", _percentile_tuned),
+    "sha": _optuna("sha", _sha),
+    "sha-tuned": _optuna("sha-tuned", _sha_tuned),
+    "hyperband": _optuna("hyperband", _hyperband),
+    "hyperband-tuned": _optuna("hyperband-tuned", _hyperband_tuned),
+    "patient": _optuna("patient", _patient),
+    "patient-tuned": _optuna("patient-tuned", _patient_tuned),
+    "asha": lambda: RayAdapter("asha", _asha),
+    "asha-tuned": lambda: RayAdapter("asha-tuned", _asha_tuned),
+    "median-stopping": lambda: RayAdapter("median-stopping", _median_stopping),
+    "median-stopping-tuned": lambda: RayAdapter("median-stopping-tuned", _median_stopping_tuned),
+    "top-k-10": lambda: TopKAtFraction("top-k-10", fraction=0.1, k=3),
+    "top-k-10-tuned": lambda: TopKAtFraction("top-k-10-tuned", fraction=0.25, k=lambda n: max(2, n // 4)),
+    "conformal": _optuna("conformal", _conformal),
+    "conformal-tuned": _optuna("conformal-tuned", _conformal_tuned),
+}
+
+#: Settings used in the tables, for the record (name -> what it is).
+DESCRIPTIONS: dict[str, str] = {
+    "none": "no pruning",
+    "median": "optuna MedianPruner() defaults",
+    "median-tuned": "MedianPruner(n_startup_trials=4, n_warmup_steps=250)",
+    "percentile25": "optuna PercentilePruner(25) defaults",
+    "percentile25-tuned": "PercentilePruner(25, n_startup_trials=4, n_warmup_steps=250)",
+    "sha": "optuna SuccessiveHalvingPruner() defaults",
+    "sha-tuned": "SuccessiveHalvingPruner(min_resource=250, reduction_factor=2)",
+    "hyperband": "optuna HyperbandPruner(max_resource=1000)",
+    "hyperband-tuned": "HyperbandPruner(min_resource=250, max_resource=1000, reduction_factor=2)",
+    "patient": "PatientPruner(MedianPruner(), patience=1)",
+    "patient-tuned": "PatientPruner(MedianPruner(n_startup_trials=4, n_warmup_steps=250), patience=3)",
+    "asha": "ray ASHAScheduler(max_t=1000) defaults (grace_period=1, reduction_factor=4)",
+    "asha-tuned": "ASHAScheduler(max_t=1000, grace_period=250, reduction_factor=2)",
+    "median-stopping": "ray MedianStoppingRule defaults (grace_period=60, min_samples_required=3)",
+    "median-stopping-tuned": "MedianStoppingRule(grace_period=250, min_samples_required=4)",
+    "top-k-10": "train to 10%, continue the best 3 seen there",
+    "top-k-10-tuned": "train to 25%, continue the best max(2, n/4) seen there",
+    "conformal": "surestop ConformalPruner() defaults (n_calibration=60, alpha=0.05)",
+    "conformal-tuned": "ConformalPruner(n_calibration=max(5, n/4), alpha=1/n_calibration, min_peek at 25%)",
+}
+
+
+# ---------------------------------------------------------------------------------------------- our pruner
+COLLAPSE_NAMES = ("collapse", "collapse-tuned", "collapse-online")
+
+
+def available_names() -> list[str]:
+    """Every pruner name the replay knows: ours first, then the peers (``none`` first among them)."""
+    return [*COLLAPSE_NAMES, *PEERS]
+
+
+def load_surrogate(*, surrogate: str | None = None, reference: str | None = None) -> Any:
+    """The collapse pruner's surrogate: a calibrated JSON file, or calibrated on a reference curve CSV.
+
+    Returns None when neither is given. Raises InputError on a bad file (it names the file).
+    """
+    from collapse_hpo.predictors.surrogate import Surrogate
+
+    if surrogate:
+        return Surrogate.load(surrogate)
+    if reference:
+        from collapse_hpo.predictors.calibrate import calibrate
+        from collapse_hpo.predictors.curves import read_curves_csv
+
+        return calibrate(read_curves_csv(reference)).surrogate
+    return None
+
+
+def _set_controls(trial: Any, curve: Any) -> None:
+    """The trial's controls as the CollapsePruner reads them; steps are t_permille, so total_tokens = 1000."""
+    from collapse_hpo.hpo.pruner import set_trial_controls
+
+    set_trial_controls(trial, total_tokens=STEP_SCALE, schedule=curve.schedule, tau=curve.tau, tpp=curve.tpp)
+
+
+def collapse_factory(name: str, reference: Any, **settings: Any) -> PrunerFactory:
+    """Our CollapsePruner (hpo/pruner.py) with ``reference`` (a Surrogate, or "online") and its settings."""
+
+    def build(sweep: Sweep) -> Any:
+        from collapse_hpo.hpo.pruner import CollapsePruner
+
+        return CollapsePruner(reference=reference, **settings)
+
+    return lambda: OptunaAdapter(name, build, setup_trial=_set_controls)
+
+
+#: Settings of our pruner in the tables: defaults; the tuned one (narrower intervals, decisions from 20%:
+#: chosen on the LR sweeps of seed 0 in studies/bench/evidence.py, so only the other sweeps test it out of
+#: sample);
+#: and the online reference (calibrated on the sweep's own completed trials, no reference needed).
+COLLAPSE_SETTINGS: dict[str, dict[str, Any]] = {
+    "collapse": {},
+    "collapse-tuned": {"confidence": 0.5, "min_fraction": 0.2},
+    "collapse-online": {},
+}
+DESCRIPTIONS["collapse"] = "CollapsePruner(reference surrogate), defaults (min_fraction 0.1, confidence 0.9)"
+DESCRIPTIONS["collapse-tuned"] = "CollapsePruner(reference surrogate, confidence=0.5, min_fraction=0.2)"
+DESCRIPTIONS["collapse-online"] = "CollapsePruner(reference='online'): fitted on the sweep's completed trials"
+
+
+def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
+    """The factory for ``name`` (see ``available_names``); collapse pruners need ``surrogate``."""
+    if name == "collapse-online":
+        return collapse_factory(name, "online", **COLLAPSE_SETTINGS[name])
+    if name in COLLAPSE_SETTINGS:
+        if surrogate is None:
+            raise ValueError(f"pruner {name!r} needs a surrogate")
+        return collapse_factory(name, surrogate, **COLLAPSE_SETTINGS[name])
+    return PEERS[name]

@@ -1,0 +1,429 @@
+"""Replay finished loss curves through early-stopping rules as a live sweep would have fed them.
+
+A sweep is a set of complete curves (one per trial) on a common grid of report points in t̂ (fraction of the
+trial's training tokens). A replay picks a random trial order and runs the sweep with ``workers`` concurrent
+workers: every worker trains one trial at a time, reports each grid point to the pruner in turn (all report
+points take the same wall time, as when every trial has the same token budget), and takes the next trial
+in the
+order when its trial ends, completed or pruned. The pruner sees exactly what a live sweep's pruner would: the
+partial curves of running trials and the complete curves of finished ones.
+
+Measured per replay (``ReplayResult``):
+
+- compute: tokens trained / tokens of the unpruned sweep (trial weights default to 1: equal token budgets);
+- regret: best final loss among the trials that ran to the end, minus the best final loss of all trials (the
+  final loss is the curve's last loss, the same number a sweep without pruning would rank by);
+- best_pruned: whether the trial with the best final loss was stopped;
+- decision fractions: the t̂ at which each pruned trial was stopped.
+
+Pruners plug in through the ``ReplayPruner`` protocol (adapters for Optuna pruners, Ray Tune schedulers
+and the
+other peers live in ``collapse_hpo.hpo.peers``). This module needs numpy only (matplotlib for the plot).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.errors import InputError
+
+#: Optuna and Ray want integer progress: report steps are t̂ in units of 1/STEP_SCALE of training.
+STEP_SCALE = 1000
+
+
+@dataclass
+class Sweep:
+    """Complete curves of one sweep on a common report grid.
+
+    Attributes:
+        curves: the trials' curves (schedule, tau, tpp are what a pruner may know of each trial).
+        grid: report points t̂ (fraction of each trial's tokens), ascending, last one 1.0 (or the common end).
+        losses: array [n_trials, n_reports] of the loss at each report point (interpolated on the curve).
+        finals: final loss of each trial (its curve's last finite loss).
+        weights: tokens of each trial relative to the others (1 for equal token budgets).
+        name: a label for tables.
+    """
+
+    curves: list[Curve]
+    grid: np.ndarray
+    losses: np.ndarray
+    finals: np.ndarray
+    weights: np.ndarray
+    name: str = "sweep"
+
+    @property
+    def n_trials(self) -> int:
+        """Number of trials in the sweep."""
+        return len(self.curves)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Integer report steps (t̂ · STEP_SCALE, rounded) for pruners that need integer progress."""
+        return np.rint(self.grid * STEP_SCALE).astype(int)
+
+    @property
+    def best(self) -> int:
+        """Index of the trial with the lowest final loss."""
+        return int(np.argmin(self.finals))
+
+
+def make_sweep(
+    curves: Sequence[Curve],
+    *,
+    n_reports: int | None = None,
+    weights: Sequence[float] | None = None,
+    name: str = "sweep",
+    source: str = "curves",
+) -> Sweep:
+    """Put complete curves on a common report grid.
+
+    If every curve has the same observed t̂ points, those are the grid (what the trainer reported).
+    Otherwise the
+    grid is ``n_reports`` evenly spaced points (default: the median point count, capped at 200) from the
+    latest
+    first point to the earliest last point, and each curve's loss is linearly interpolated onto it.
+
+    Raises InputError (naming ``source`` and the run) for fewer than 2 curves, duplicate run names, or a curve
+    with fewer than 3 finite points or one that does not reach t̂ ≥ 0.99.
+    """
+    curves = list(curves)
+    if len(curves) < 2:
+        raise InputError(f"{source}: a sweep needs at least 2 runs, got {len(curves)}; add runs to the file")
+    names = [c.run for c in curves]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InputError(f"{source}: run names must be unique, repeated: {sorted(dup)[0]!r}")
+    pts: list[tuple[np.ndarray, np.ndarray]] = []
+    for c in curves:
+        ok = np.isfinite(c.loss) & np.isfinite(c.t_hat)
+        t, y = c.t_hat[ok], c.loss[ok]
+        if t.size < 3:
+            raise InputError(f"{source}: run {c.run!r} has {t.size} finite loss points; it needs at least 3")
+        if t[-1] < 0.99:
+            raise InputError(
+                f"{source}: run {c.run!r} ends at t_hat={t[-1]:.3g}; replay needs complete curves "
+                "(t_hat >= 0.99)"
+            )
+        pts.append((t, y))
+    same = all(p[0].shape == pts[0][0].shape and np.allclose(p[0], pts[0][0], atol=1e-9) for p in pts)
+    if same and (n_reports is None or n_reports == pts[0][0].size):
+        grid = pts[0][0].copy()
+        losses = np.stack([p[1] for p in pts])
+    else:
+        n = n_reports or int(min(200, np.median([p[0].size for p in pts])))
+        lo = max(p[0][0] for p in pts)
+        hi = min(p[0][-1] for p in pts)
+        grid = np.linspace(lo, hi, max(n, 3))
+        losses = np.stack([np.interp(grid, t, y) for t, y in pts])
+    steps = np.rint(grid * STEP_SCALE).astype(int)
+    if np.any(np.diff(steps) <= 0):
+        raise InputError(
+            f"{source}: report points closer than 1/{STEP_SCALE} of training; pass fewer reports (--reports)"
+        )
+    finals = np.array([p[1][-1] for p in pts])
+    w = np.ones(len(curves)) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != (len(curves),) or np.any(~np.isfinite(w)) or np.any(w <= 0):
+        raise InputError(f"{source}: weights must be one positive number per run")
+    return Sweep(curves=curves, grid=grid, losses=losses, finals=finals, weights=w, name=name)
+
+
+class ReplayPruner(Protocol):
+    """What the replay harness drives. One object is used for one replay (one trial order)."""
+
+    name: str
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """Reset all state for a fresh replay of ``sweep``."""
+
+    def start(self, trial: int) -> None:
+        """Trial ``trial`` (an index into the sweep) starts on a worker."""
+
+    def report(self, trial: int, index: int) -> bool:
+        """The trial reports grid point ``index``; return True to stop (prune) it."""
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """The trial ended: pruned, or complete (its final loss is ``sweep.finals[trial]``)."""
+
+
+@dataclass
+class ReplayResult:
+    """Outcome of one replay of one sweep in one trial order."""
+
+    pruner: str
+    order: list[int]
+    stopped_at: np.ndarray  # index of the last grid point each trial reported
+    pruned: np.ndarray  # bool per trial
+    compute: float
+    regret: float
+    relative_regret: float
+    best_pruned: bool
+    decision_fractions: list[float] = field(default_factory=list)
+
+
+def simulate(sweep: Sweep, pruner: ReplayPruner, order: Sequence[int], *, workers: int = 4,
+             seed: int = 0) -> ReplayResult:
+    """Run one replay: trials start in ``order`` on ``workers`` concurrent workers, reporting every grid
+    point.
+
+    Each tick, every busy worker's trial reports its next grid point (workers in a fixed order); a trial stops
+    when the pruner says so or when it reports the last point (complete). A stop at the last point counts as
+    complete. Freed workers take the next trial in the order before the next tick.
+    """
+    if workers < 1:
+        raise InputError(f"replay: workers must be at least 1, got {workers}")
+    n, last = sweep.n_trials, sweep.grid.size - 1
+    pruner.new_sweep(sweep, seed)
+    queue = list(order)
+    running: list[list[int]] = []  # [trial, next index]
+    stopped_at = np.full(n, -1)
+    pruned = np.zeros(n, dtype=bool)
+    while queue or running:
+        while queue and len(running) < workers:
+            trial = queue.pop(0)
+            pruner.start(trial)
+            running.append([trial, 0])
+        still: list[list[int]] = []
+        for trial, idx in running:
+            stop = pruner.report(trial, idx)
+            if idx >= last or stop:
+                stopped_at[trial] = idx
+                pruned[trial] = idx < last
+                pruner.finish(trial, pruned=bool(pruned[trial]))
+            else:
+                still.append([trial, idx + 1])
+        running = still
+    reached = sweep.grid[stopped_at] / sweep.grid[-1]
+    compute = float(np.sum(reached * sweep.weights) / np.sum(sweep.weights))
+    kept = ~pruned
+    best_all = float(np.min(sweep.finals))
+    best_kept = float(np.min(sweep.finals[kept])) if kept.any() else math.inf
+    regret = best_kept - best_all
+    return ReplayResult(
+        pruner=pruner.name,
+        order=list(order),
+        stopped_at=stopped_at,
+        pruned=pruned,
+        compute=compute,
+        regret=regret,
+        relative_regret=regret / abs(best_all) if best_all != 0 else math.inf,
+        best_pruned=bool(pruned[sweep.best]),
+        decision_fractions=[float(sweep.grid[stopped_at[i]]) for i in np.flatnonzero(pruned)],
+    )
+
+
+def random_orders(n_trials: int, n_orders: int, seed: int = 0) -> list[list[int]]:
+    """``n_orders`` random permutations of the trial indices (reproducible from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    return [rng.permutation(n_trials).tolist() for _ in range(n_orders)]
+
+
+@dataclass
+class Summary:
+    """One pruner's replays of one sweep, summarized over trial orders."""
+
+    pruner: str
+    sweep: str
+    orders: int
+    compute: float  # mean fraction of unpruned tokens
+    regret: float  # mean regret (loss units)
+    relative_regret: float  # mean regret / best final loss
+    max_relative_regret: float
+    best_pruned_rate: float  # fraction of orders in which the true best trial was pruned
+    pruned_rate: float  # mean fraction of trials pruned
+    decision_median: float  # median t̂ of the prune decisions (NaN when nothing was pruned)
+    decision_p10: float
+    decision_p90: float
+
+    def row(self) -> dict[str, object]:
+        """The summary as a flat dict for tables and CSV."""
+        return dict(self.__dict__)
+
+
+def summarize(sweep: Sweep, results: Sequence[ReplayResult]) -> Summary:
+    """Average a pruner's replays over orders."""
+    if not results:
+        raise ValueError("summarize: no replay results")
+    dec = [f for r in results for f in r.decision_fractions]
+    rel = np.array([r.relative_regret for r in results])
+    return Summary(
+        pruner=results[0].pruner,
+        sweep=sweep.name,
+        orders=len(results),
+        compute=float(np.mean([r.compute for r in results])),
+        regret=float(np.mean([r.regret for r in results])),
+        relative_regret=float(np.mean(rel)),
+        max_relative_regret=float(np.max(rel)),
+        best_pruned_rate=float(np.mean([r.best_pruned for r in results])),
+        pruned_rate=float(np.mean([r.pruned.mean() for r in results])),
+        decision_median=float(np.median(dec)) if dec else math.nan,
+        decision_p10=float(np.percentile(dec, 10)) if dec else math.nan,
+        decision_p90=float(np.percentile(dec, 90)) if dec else math.nan,
+    )
+
+
+def replay(
+    sweep: Sweep,
+    pruners: Sequence[Callable[[], ReplayPruner]],
+    *,
+    orders: int = 20,
+    workers: int = 4,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Summary], dict[str, list[ReplayResult]]]:
+    """Replay ``sweep`` through each pruner (a factory: a fresh object per order) over the same random
+    orders."""
+    perms = random_orders(sweep.n_trials, orders, seed)
+    summaries: list[Summary] = []
+    details: dict[str, list[ReplayResult]] = {}
+    for make in pruners:
+        results = []
+        for k, order in enumerate(perms):
+            p = make()
+            results.append(simulate(sweep, p, order, workers=workers, seed=seed + k))
+        s = summarize(sweep, results)
+        summaries.append(s)
+        details[s.pruner] = results
+        if progress is not None:
+            progress(format_row(s))
+    return summaries, details
+
+
+TABLE_COLUMNS = (
+    ("pruner", "{:<22}"), ("compute", "{:>8.3f}"), ("relative_regret", "{:>10.4%}"),
+    ("max_relative_regret", "{:>10.4%}"), ("best_pruned_rate", "{:>8.2f}"), ("pruned_rate", "{:>7.2f}"),
+    ("decision_median", "{:>7.3f}"),
+)
+TABLE_HEADER = ("pruner", "compute", "regret", "max regret", "best cut", "pruned", "t̂ dec")
+
+
+def format_row(s: Summary) -> str:
+    """One aligned text row of the summary table."""
+    row = s.row()
+    cells = []
+    for (key, fmt), head in zip(TABLE_COLUMNS, TABLE_HEADER):
+        width = int("".join(ch for ch in fmt.split(":")[1].split(".")[0] if ch.isdigit()) or len(head))
+        value = row[key]
+        cells.append(fmt.format(value) if not (isinstance(value, float) and math.isnan(value))
+                     else "-".rjust(width))
+    return " ".join(cells)
+
+
+def format_table(summaries: Sequence[Summary]) -> str:
+    """An aligned text table: compute (fraction of unpruned tokens), regret (of best final loss)."""
+    widths = [22, 8, 10, 10, 8, 7, 7]
+    pairs = enumerate(zip(TABLE_HEADER, widths))
+    head = " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in pairs)
+    return "\n".join([head, *(format_row(s) for s in summaries)])
+
+
+def markdown_table(summaries: Sequence[Summary]) -> str:
+    """The summaries as a Markdown table (for RESULTS files)."""
+    lines = [
+        "| sweep | pruner | compute | mean regret | max regret | best pruned | pruned "
+        "| median t̂ of decisions |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        dec = "-" if math.isnan(s.decision_median) else f"{s.decision_median:.3f}"
+        lines.append(
+            f"| {s.sweep} | {s.pruner} | {s.compute:.3f} | {s.relative_regret:.3%} "
+            f"| {s.max_relative_regret:.3%} "
+            f"| {s.best_pruned_rate:.2f} | {s.pruned_rate:.2f} | {dec} |"
+        )
+    return "\n".join(lines)
+
+
+def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]) -> None:
+    """Write the summaries as CSV, atomically (temp file + os.replace)."""
+    import csv
+
+    path = Path(path)
+    keys = list(summaries[0].row()) if summaries else [f.name for f in Summary.__dataclass_fields__.values()]
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=".tmp-", suffix=".csv")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=keys)
+            w.writeheader()
+            for s in summaries:
+                w.writerow(s.row())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summary], title: str = "") -> None:
+    """Scatter of mean compute (fraction of unpruned tokens) against mean relative regret, one point per
+    pruner.
+
+    Written atomically as PNG. Regret is drawn on a symlog axis so that zero regret stays visible.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    sweeps = sorted({s.sweep for s in summaries})
+    markers = "osD^v<>ph*"
+    for j, sw in enumerate(sweeps):
+        for s in (s for s in summaries if s.sweep == sw):
+            color = "tab:red" if s.pruner.startswith("collapse") else None
+            ax.scatter(s.compute, 100 * s.relative_regret, marker=markers[j % len(markers)], color=color,
+                       s=40)
+            ax.annotate(s.pruner, (s.compute, 100 * s.relative_regret), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set_yscale("symlog", linthresh=0.05)
+    ax.axhline(0.2, color="grey", lw=0.8, ls="--")
+    ax.axvline(0.35, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("compute (fraction of unpruned sweep tokens)")
+    ax.set_ylabel("regret (% of best final loss)")
+    ax.set_title(title or ", ".join(sweeps))
+    if len(sweeps) > 1:
+        for j, sw in enumerate(sweeps):
+            ax.scatter([], [], marker=markers[j % len(markers)], color="k", label=sw)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=".tmp-", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN with fewer than 3 finite pairs."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if a.size < 3:
+        return math.nan
+
+    def ranks(v: np.ndarray) -> np.ndarray:
+        order = np.argsort(v, kind="mergesort")
+        r = np.empty(v.size)
+        r[order] = np.arange(v.size, dtype=float)
+        for val in np.unique(v):
+            m = v == val
+            if m.sum() > 1:
+                r[m] = r[m].mean()
+        return r
+
+    ra, rb = ranks(a) - (a.size - 1) / 2, ranks(b) - (b.size - 1) / 2
+    den = math.sqrt(float(np.sum(ra**2) * np.sum(rb**2)))
+    return float(np.sum(ra * rb) / den) if den > 0 else math.nan

@@ -282,12 +282,13 @@ def test_restore_after_sigkill_makes_the_same_decisions(reference_run, fast_dir,
 
 def test_readme_example_runs_as_written(ray_session, tmp_path, monkeypatch, capsys):
     """The complete example of the README section, executed as it is (in this module's Ray instance)."""
-    text = (Path(__file__).parents[1] / "studies" / "bench" / "README_scheduler_section.md").read_text()
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    text = readme.split("## In an existing Ray Tune job", 1)[1].split("\n## ", 1)[0]
     blocks = text.split("```python\n")
     example = blocks[2].split("```", 1)[0]  # the second block: the complete example
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "readme_example"}  # not importable: Ray ships its functions by value
-    exec(compile(example, "README_scheduler_section.md", "exec"), namespace)
+    exec(compile(example, "README.md", "exec"), namespace)
     results, total = namespace["results"], namespace["TOTAL_TOKENS"]
     reach = {r.config["lr"]: r.metrics["tokens"] / total for r in results}
     assert reach[3e-3] == 1.0  # the best is kept

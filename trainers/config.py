@@ -101,7 +101,7 @@ class FaultConfig:
       itself stays correct, so the reported curve is honest; the gradient is biased (an extra push of
       ``strength``·softmax on every logit, which flattens the predictions and drags the hidden states), so
       the loss drifts away from its collapse curve slowly. See trainers/fault.py. Measured on a 99K-parameter,
-      20-TPP run from t̂ = 0.4 (studies/bench/RESULTS_trainers.md): strength 0.1 ends 2% above the clean run
+      20-TPP run from t̂ = 0.4 (BENCHMARKS.md, section 2): strength 0.1 ends 2% above the clean run
       and 0.2 ends 8% above it, both with a normalized residual that grows steadily from t̂ = 0.4 while the raw
       loss keeps falling; 0.3 ends 16% above and 1.0 (the default, a strong fault) 65% above.
     - ``exception``: raises `InjectedFault` (a RuntimeError) at the first step at or past ``start_t_hat``.

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         help="weight of the early-prediction error in the fit objective (0 = the paper's MAE "
-        "only; default 1, see studies/bench/RESULTS_predictors.md)",
+        "only; default 1, see BENCHMARKS.md, section 1)",
     )
     parser.add_argument(
         "--align",

@@ -491,19 +491,33 @@ def _init_ray(sweep: SweepConfig) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _slots(sweep: SweepConfig, cpus: float, gpus: float) -> int:
+    """Trials that fit at once on ``cpus`` CPU and ``gpus`` GPU; InputError when not even one fits."""
+    n = int(cpus // sweep.resources.cpu) if sweep.resources.cpu > 0 else 1
+    if sweep.resources.gpu > 0 and math.isfinite(gpus):
+        n = min(n, int(gpus // sweep.resources.gpu))
+    if n < 1:
+        raise InputError(f"{sweep.source}: field 'resources': a trial needs {sweep.resources.cpu} CPU and "
+                         f"{sweep.resources.gpu} GPU but the Ray cluster has {float(cpus)} CPU and "
+                         f"{float(gpus)} GPU; lower the resources per trial")
+    return max(1, n)
+
+
+def check_local_resources(sweep: SweepConfig) -> None:
+    """For a local Ray (no executor address) the cluster's size is known from the file: check that a trial
+    fits before anything is created. A remote cluster is checked once connected (``_capacity``)."""
+    ex = sweep.executor
+    if not ex.address:
+        # GPUs left to Ray's detection (num_gpus unset) are checked once Ray is up.
+        gpus = math.inf if ex.num_gpus is None else float(ex.num_gpus)
+        _slots(sweep, float(ex.num_cpus or os.cpu_count() or 1), gpus)
+
+
 def _capacity(sweep: SweepConfig) -> int:
     import ray
 
     res = ray.cluster_resources()
-    cpus = float(res.get("CPU", 1.0))
-    n = int(cpus // sweep.resources.cpu) if sweep.resources.cpu > 0 else 1
-    if sweep.resources.gpu > 0:
-        n = min(n, int(float(res.get("GPU", 0.0)) // sweep.resources.gpu))
-    if n < 1:
-        raise InputError(f"{sweep.source}: field 'resources': a trial needs {sweep.resources.cpu} CPU and "
-                         f"{sweep.resources.gpu} GPU but the Ray cluster has {res.get('CPU', 0)} CPU and "
-                         f"{res.get('GPU', 0)} GPU; lower the resources per trial")
-    return max(1, n)
+    return _slots(sweep, float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0)))
 
 
 def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> None:
@@ -570,6 +584,7 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     preflight(sweep, loc.prune)
+    check_local_resources(sweep)
     check_storage(sweep, loc.storage_url, loc.results)
     parent = _sqlite_parent(loc.storage_url)
     default_db = parent is not None and parent == loc.results

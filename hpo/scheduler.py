@@ -264,9 +264,16 @@ class CollapseScheduler(FIFOScheduler):
         return True
 
     @property
-    def metric(self) -> str:
+    def loss_key(self) -> str:
         """The result key of the training loss."""
         return self._metric or "loss"
+
+    @property
+    def metric(self) -> None:
+        """None to Ray Tune, on purpose: with a scheduler metric set, Tune's strict metric check fails the
+        whole ``Tuner.fit`` on a result without that key before the scheduler sees it. Such a result is this
+        scheduler's to judge (it records the reason and goes on). The loss key is ``loss_key``."""
+        return None
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         """Register the trial (a restored one finds its record in the state file)."""
@@ -354,7 +361,7 @@ class CollapseScheduler(FIFOScheduler):
         best_s = "none yet" if best is None else f"{best:.4g}"
         return (
             f"CollapseScheduler: {counts['running']} running, {counts['pruned']} pruned, "
-            f"{counts['complete']} complete (best final {self.metric} {best_s})"
+            f"{counts['complete']} complete (best final {self.loss_key} {best_s})"
         )
 
     def save(self, checkpoint_path: str) -> None:
@@ -430,7 +437,7 @@ class CollapseScheduler(FIFOScheduler):
     ) -> tuple[float, float, float | None] | None:
         """(t̂, loss, tokens) of a result, or None when the result carries no progress or no metric."""
         progress = result.get(self.time_attr)
-        y = result.get(self.metric)
+        y = result.get(self.loss_key)
         if progress is None or y is None or isinstance(progress, bool):
             return None
         try:
@@ -528,7 +535,7 @@ class CollapseScheduler(FIFOScheduler):
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
-            "metric": self.metric,
+            "metric": self.loss_key,
             "time_attr": self.time_attr,
             "trials": {tid: asdict(r) for tid, r in self._records.items()},
         }

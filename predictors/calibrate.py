@@ -313,6 +313,33 @@ def _eval(d: _Data, pr: _Params, eps2: float, predict_weight: float, idx: np.nda
     return float(_objective(d, _shapes(d, b[None], q[None], pr.m, eps2, idx), predict_weight, idx)[0])
 
 
+def _best_pair(
+    d: _Data,
+    c_grid: np.ndarray,
+    e_grid: np.ndarray,
+    log_x: np.ndarray,
+    other: np.ndarray,
+    vary_b: bool,
+    m: float,
+    eps2: float,
+    predict_weight: float,
+    idx: np.ndarray | None,
+) -> tuple[float, float]:
+    """One half-step of the alternating search: the grid point (log c, e) of one law, value = exp(log c + e ·
+    log_x) per curve (log_x: log τ for b, log TPP for q), that minimizes the objective with the other law held
+    at ``other`` (per curve). ``vary_b``: the varied law is b (else q). Scored in blocks of 64 grid points."""
+    C, E = np.meshgrid(c_grid, e_grid, indexing="ij")
+    C, E = C.ravel(), E.ravel()
+    scores = np.empty(C.size)
+    for s in range(0, C.size, 64):
+        law = np.exp(C[s : s + 64, None] + E[s : s + 64, None] * log_x[None])
+        fixed = np.broadcast_to(other[None], law.shape)
+        bb, qq = (law, fixed) if vary_b else (fixed, law)
+        scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, m, eps2, idx), predict_weight, idx)
+    k = int(np.nanargmin(scores))
+    return float(C[k]), float(E[k])
+
+
 def _grid_search(
     d: _Data,
     pr: _Params,
@@ -333,28 +360,10 @@ def _grid_search(
     best = replace(pr)
     prev = None
     for _ in range(max_rounds):
-        # b pair, q fixed
-        LB, BE = np.meshgrid(lb_grid, be_grid, indexing="ij")
-        LB, BE = LB.ravel(), BE.ravel()
         _, q = _bq(d, best, idx)
-        scores = np.empty(LB.size)
-        for s in range(0, LB.size, 64):
-            bb = np.exp(LB[s : s + 64, None] + BE[s : s + 64, None] * lt[None])
-            qq = np.broadcast_to(q[None], bb.shape)
-            scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, best.m, eps2, idx), predict_weight, idx)
-        k = int(np.nanargmin(scores))
-        best.lb0, best.b_e = float(LB[k]), float(BE[k])
-        # q pair, b fixed
-        LQ, QE = np.meshgrid(lq_grid, qe_grid, indexing="ij")
-        LQ, QE = LQ.ravel(), QE.ravel()
+        best.lb0, best.b_e = _best_pair(d, lb_grid, be_grid, lt, q, True, best.m, eps2, predict_weight, idx)
         b, _ = _bq(d, best, idx)
-        scores = np.empty(LQ.size)
-        for s in range(0, LQ.size, 64):
-            qq = np.exp(LQ[s : s + 64, None] + QE[s : s + 64, None] * lp[None])
-            bb = np.broadcast_to(b[None], qq.shape)
-            scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, best.m, eps2, idx), predict_weight, idx)
-        k = int(np.nanargmin(scores))
-        best.lq0, best.q_e = float(LQ[k]), float(QE[k])
+        best.lq0, best.q_e = _best_pair(d, lq_grid, qe_grid, lp, b, False, best.m, eps2, predict_weight, idx)
         key = (best.lb0, best.b_e, best.lq0, best.q_e)
         if key == prev:
             break

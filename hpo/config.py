@@ -186,12 +186,14 @@ class ReferenceSpec(_Strict):
 class PrunerSpec(_Strict):
     """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
     off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
+    ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"),
     ``report_prediction`` (give a pruned trial's predicted final loss to the sampler) and ``reference``."""
 
     enabled: bool = True
     min_fraction: float = Field(default=0.1, gt=0, lt=1)
     confidence: float = Field(default=0.9, gt=0, lt=1)
     keep_top_k: int = Field(default=1, ge=1)
+    comparison: Literal["paired", "interval"] = "paired"
     report_prediction: bool = False
     reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
 

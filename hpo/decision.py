@@ -13,7 +13,8 @@ Stable signature (keep it; callers in hpo/pruner.py and hpo/scheduler.py depend 
     tau:         AdamW timescale B/(ηλD) of the trial; None = no weight decay.
     tpp:         tokens per parameter D/N of the trial.
     competitors: the other trials: a float is a completed trial's final loss; a ``Prediction`` is another
-                 trial's prediction (its ``high``, the pessimistic bound, is what counts).
+                 trial's prediction (its ``high``, the pessimistic bound, is what counts); a ``Competitor``
+                 also carries the trial's logged predictions, for the paired comparison.
     settings:    ``PruneSettings``.
 
 The rule, in words: below ``min_fraction`` of training nothing is judged. From then on the trial's final
@@ -22,8 +23,23 @@ competitor contributes a pessimistic final loss (a completed trial: its final lo
 predicted ``high``; pruned trials do not compete, since they will never finish). The trial is pruned
 when its *optimistic* bound ``low`` is worse (larger)
 than the ``keep_top_k``-th best pessimistic competitor: then at least ``keep_top_k`` other trials are,
-with the stated confidence, going to end better, and this one cannot be among the best ``keep_top_k``. A
-NaN, inf or non-positive loss prunes at once. A surrogate without an error model gives no interval: then
+with the stated confidence, going to end better, and this one cannot be among the best ``keep_top_k``.
+
+The paired comparison (``comparison="paired"``, the default) compares two trials' predictions *made at
+the same fraction*: the reference's error is mostly a bias shared by every trial of a sweep (a size or data
+mismatch), and it cancels in the ratio of two predictions. For a competitor with logged predictions
+(``Competitor.history``) the latest one at or before this trial's fraction p is taken, at fraction f, and
+this trial's prediction at f is made from its curve up to f. The competitor beats the trial when
+log(pred_trial(f) / pred_competitor(f)) > h = t · scale_pair(f) · √(1 + 1/n) (the surrogate's ``pair_bands``:
+the learned error of a predicted ratio; t the Student-t quantile at ``confidence``, as for the interval).
+Each competitor's bar, in the trial's predicted final-loss units, is pred_trial(p) · pred_competitor(f) /
+pred_trial(f) · e^h;
+the trial is pruned when its prediction exceeds the ``keep_top_k``-th lowest bar. A competitor without a
+curve (a float, a Prediction), or a surrogate without ``pair_bands``, is compared unpaired
+as above, translated to a bar the same way (bar = pessimistic · pred/low); when no competitor can be
+paired the decision is the interval rule's, with a note saying why. ``comparison="interval"`` is
+the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes at once. A surrogate
+without an error model gives no interval: then
 low = high = the point prediction (no confidence margin; the reason says so). Points past t̂ = 1 are
 ignored (and said so in the reason). The function never raises on a curve; every outcome has a reason.
 """
@@ -44,6 +60,8 @@ if TYPE_CHECKING:
     from collapse_hpo.predictors.schedules import Schedule
     from collapse_hpo.predictors.surrogate import Surrogate
 
+COMPARISONS = ("paired", "interval")
+
 # Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
 _T_HAT_END = 1.0 + 1e-9
 
@@ -57,11 +75,14 @@ class PruneSettings:
         confidence: two-sided confidence of the predicted interval [low, high] (0 < confidence < 1); higher
             confidence = wider intervals = fewer prunes.
         keep_top_k: a trial is kept while it could still be among the ``keep_top_k`` best (integer ≥ 1).
+        comparison: "paired" (default: predictions at the same fraction, the shared bias cancels) or
+            "interval" (each trial's own interval against each competitor's pessimistic bound).
     """
 
     min_fraction: float = 0.1
     confidence: float = 0.9
     keep_top_k: int = 1
+    comparison: str = "paired"
 
     def __post_init__(self) -> None:
         for name in ("min_fraction", "confidence"):
@@ -77,6 +98,31 @@ class PruneSettings:
             raise InputError(f"pruner setting 'confidence' must be in (0, 1), got {self.confidence}")
         if isinstance(self.keep_top_k, bool) or not isinstance(self.keep_top_k, int) or self.keep_top_k < 1:
             raise InputError(f"pruner setting 'keep_top_k' must be an integer >= 1, got {self.keep_top_k!r}")
+        if self.comparison not in COMPARISONS:
+            raise InputError(
+                f"pruner setting 'comparison' must be one of {', '.join(COMPARISONS)}, "
+                f"got {self.comparison!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Competitor:
+    """Another trial of the sweep, with its curve for the paired comparison.
+
+    Attributes:
+        final_loss: its final loss when it completed, else None.
+        latest: its latest successful prediction when running (None when completed or not predicted yet).
+        t_hat, loss: its reports so far (tokens seen / total_tokens; training loss), valid points only.
+        schedule, tau, tpp: its controls (the surrogate predicts its curve with them).
+    """
+
+    final_loss: float | None = None
+    latest: Prediction | None = None
+    t_hat: tuple[float, ...] = ()
+    loss: tuple[float, ...] = ()
+    schedule: Schedule | None = None
+    tau: float | None = None
+    tpp: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +134,9 @@ class Decision:
         reason: one line saying why (always set).
         fraction: t̂ of the latest valid report used (tokens seen / total_tokens, at most 1); NaN without one.
         prediction: the final-loss prediction, when one was made (also when it failed: then ``ok`` is False).
-        threshold: the ``keep_top_k``-th best pessimistic competitor final loss the trial was compared with,
-            when a comparison was made.
+        threshold: what the trial was compared with, when a comparison was made: the ``keep_top_k``-th best
+            pessimistic competitor final loss ("interval"), or the ``keep_top_k``-th lowest bar ("paired").
+        threshold_index: position in ``competitors`` of the competitor the threshold came from.
         notes: what was ignored in the reports (repeated, invalid or past-the-end points); also in ``reason``.
     """
 
@@ -99,6 +146,7 @@ class Decision:
     prediction: Prediction | None = None
     threshold: float | None = None
     notes: tuple[str, ...] = ()
+    threshold_index: int | None = None
 
     def user_attrs(self) -> dict[str, Any]:
         """The decision as the user attrs written to a trial (JSON values; None where unknown).
@@ -129,11 +177,16 @@ def _ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
-def pessimistic(competitor: float | Prediction) -> float:
+def pessimistic(competitor: float | Prediction | Competitor) -> float:
     """A competitor's pessimistic final loss: a float as is; a Prediction's ``high`` (else its final_loss).
 
-    Returns NaN when the competitor has no usable value (a failed prediction, a non-finite loss).
+    A Competitor: its final loss when completed, else its latest prediction's. Returns NaN when the
+    competitor has no usable value (a failed prediction, a non-finite loss).
     """
+    if isinstance(competitor, Competitor):
+        if competitor.final_loss is not None:
+            return pessimistic(competitor.final_loss)
+        return math.nan if competitor.latest is None else pessimistic(competitor.latest)
     if isinstance(competitor, int | float):
         value = float(competitor)
     else:
@@ -152,7 +205,7 @@ def decide(
     schedule: Schedule,
     tau: float | None,
     tpp: float,
-    competitors: Iterable[float | Prediction],
+    competitors: Iterable[float | Prediction | Competitor],
     settings: PruneSettings,
 ) -> Decision:
     """Judge one trial from its reports so far (see the module docstring for the rule).
@@ -164,7 +217,8 @@ def decide(
         schedule: the trial's LR schedule shape.
         tau: AdamW timescale; None = no weight decay.
         tpp: tokens per parameter.
-        competitors: completed trials' final losses (float) and other trials' predictions (Prediction).
+        competitors: completed trials' final losses (float), other trials' predictions (Prediction), or
+            either with its logged predictions (Competitor).
         settings: PruneSettings.
 
     Returns:
@@ -186,7 +240,7 @@ def _decide(
     schedule: Schedule,
     tau: float | None,
     tpp: float,
-    competitors: Iterable[float | Prediction],
+    competitors: Iterable[float | Prediction | Competitor],
     settings: PruneSettings,
     notes: list[str],
 ) -> Decision:
@@ -263,36 +317,135 @@ def _decide(
             False, _join(f"no prediction ({prediction.reason}): kept", notes), fraction, prediction
         )
 
-    pessimists = sorted(v for v in (pessimistic(c) for c in competitors) if math.isfinite(v))
+    comps = list(competitors)
+    if settings.comparison == "paired":
+        return _paired(t, y, prediction, comps, surrogate, schedule, tau, tpp, settings, fraction, notes)
+    return _interval(prediction, comps, settings, fraction, notes)
+
+
+def _interval(
+    prediction: Prediction,
+    comps: list[float | Prediction | Competitor],
+    settings: PruneSettings,
+    fraction: float,
+    notes: list[str],
+) -> Decision:
+    """The unpaired rule: this trial's optimistic bound against the competitors' pessimistic final losses."""
+    scored = sorted((v, i) for i, v in enumerate(pessimistic(c) for c in comps) if math.isfinite(v))
     k = settings.keep_top_k
     pred = float(prediction.final_loss)
     low = float(prediction.low) if prediction.low is not None else pred
     conf = "no error model: point prediction"
     if prediction.low is not None:
         conf = f"at {settings.confidence:.0%}"
-    if len(pessimists) < k:
+    if len(scored) < k:
         return Decision(
             False,
             _join(
-                f"predicted final loss {pred:.4g} (low {low:.4g} {conf}); only {len(pessimists)} "
+                f"predicted final loss {pred:.4g} (low {low:.4g} {conf}); only {len(scored)} "
                 f"competitor(s) with a final loss or prediction, keep_top_k={k}: kept",
                 notes,
             ),
             fraction,
             prediction,
         )
-    threshold = pessimists[k - 1]
+    threshold, index = scored[k - 1]
     if low > threshold:
         reason = (
             f"optimistic final loss {low:.4g} ({conf}; predicted {pred:.4g}) > {threshold:.4g}, the "
             f"pessimistic final loss of the {_ordinal(k)} best competitor: pruned at t_hat={fraction:.3g}"
         )
-        return Decision(True, _join(reason, notes), fraction, prediction, threshold)
+        return Decision(True, _join(reason, notes), fraction, prediction, threshold, threshold_index=index)
     reason = (
         f"optimistic final loss {low:.4g} ({conf}; predicted {pred:.4g}) <= {threshold:.4g}, the "
         f"pessimistic final loss of the {_ordinal(k)} best competitor: kept"
     )
-    return Decision(False, _join(reason, notes), fraction, prediction, threshold)
+    return Decision(False, _join(reason, notes), fraction, prediction, threshold, threshold_index=index)
+
+
+def _paired(
+    t: np.ndarray,
+    y: np.ndarray,
+    prediction: Prediction,
+    comps: list[float | Prediction | Competitor],
+    surrogate: Surrogate,
+    schedule: Schedule,
+    tau: float | None,
+    tpp: float,
+    settings: PruneSettings,
+    fraction: float,
+    notes: list[str],
+) -> Decision:
+    """The paired comparison (module docstring): each competitor's bar in this trial's prediction units."""
+    from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
+
+    pred = float(prediction.final_loss)
+    low = float(prediction.low) if prediction.low is not None else pred
+    own: dict[float, float | None] = {fraction: pred}  # this trial's prediction at each fraction used
+
+    def at(
+        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float
+    ) -> float | None:
+        """A prediction from the points at t̂ <= f of one curve (None when it fails)."""
+        keep = tt <= f + 1e-12
+        p = predict_final_loss(
+            tt[keep], yy[keep], surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
+            min_fraction=settings.min_fraction, confidence=settings.confidence,
+        )
+        return float(p.final_loss) if p.ok else None
+
+    bars: list[tuple[float, int, str]] = []
+    n_paired = 0
+    for i, c in enumerate(comps):
+        bar = math.nan
+        how = "unpaired"
+        if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None and surrogate.pair_bands:
+            ct, cy = np.asarray(c.t_hat, dtype=float), np.asarray(c.loss, dtype=float)
+            earlier = ct[ct <= fraction + 1e-9]
+            if earlier.size and earlier.max() >= settings.min_fraction:
+                f = float(earlier.max())
+                if f not in own:
+                    own[f] = at(f, t, y, schedule, tau, tpp)
+                mine = own[f]
+                theirs = at(f, ct, cy, c.schedule, c.tau, tpp if c.tpp is None else c.tpp)
+                band = surrogate.pair_band(f)
+                if mine is not None and theirs is not None and band is not None:
+                    margin = t_quantile(settings.confidence, band.n) * band.scale * math.sqrt(1 + 1 / band.n)
+                    bar = pred * theirs / mine * math.exp(margin)
+                    how = f"paired at t_hat={f:.3g}"
+                    n_paired += 1
+        if not math.isfinite(bar):
+            v = pessimistic(c)
+            bar = v * pred / low if math.isfinite(v) and low > 0 else math.nan
+        if math.isfinite(bar):
+            bars.append((bar, i, how))
+    if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
+        why = "no competitor could be paired" if surrogate.pair_bands else "the surrogate has no pair_bands"
+        return _interval(prediction, comps, settings, fraction, [*notes, f"{why}: compared unpaired"])
+    bars.sort()
+    k = settings.keep_top_k
+    summary = f"{n_paired} of {len(bars)} competitor(s) paired"
+    if len(bars) < k:
+        return Decision(
+            False,
+            _join(
+                f"predicted final loss {pred:.4g}; only {len(bars)} competitor(s) with a final loss or "
+                f"prediction, keep_top_k={k}: kept",
+                notes,
+            ),
+            fraction,
+            prediction,
+        )
+    threshold, index, how = bars[k - 1]
+    verdict = "pruned at t_hat=" + f"{fraction:.3g}" if pred > threshold else "kept"
+    sign = ">" if pred > threshold else "<="
+    reason = (
+        f"predicted final loss {pred:.4g} {sign} {threshold:.4g}, the bar of the {_ordinal(k)} best "
+        f"competitor ({how}, at {settings.confidence:.0%}; {summary}): {verdict}"
+    )
+    return Decision(
+        pred > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
+    )
 
 
 def _join(reason: str, notes: list[str]) -> str:

@@ -12,12 +12,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from collapse_hpo.hpo.decision import Decision, PruneSettings, decide, pessimistic
+from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
 from collapse_hpo.hpo.reference import (
     SAMPLER_STEP_ATTR,
     Reference,
@@ -42,12 +43,15 @@ class CollapsePruner(BasePruner):
 
     From ``min_fraction`` of training on, each ``trial.should_prune()`` predicts the trial's final loss
     with an interval [low, high] at ``confidence`` by aligning the curve so far onto the reference
-    surrogate's collapsed curve (hpo/decision.py, predictors/predict.py). Each other trial gives a
-    pessimistic final loss: a completed trial its value, a running trial its predicted ``high`` (pruned
-    trials never finish, so they do not compete).
-    The trial is pruned when its optimistic bound ``low`` is larger than the ``keep_top_k``-th best of
-    those: then ``keep_top_k`` trials are confidently going to end better. A NaN, inf or non-positive loss
-    prunes at once. The study must minimize the loss.
+    surrogate's collapsed curve (hpo/decision.py, predictors/predict.py). It is compared with the other
+    trials that can still finish: completed and running ones (pruned trials never finish, so they do not
+    compete). With ``comparison="paired"`` (the default) both trials' predictions are made from their curves
+    up to the same fraction, so the reference's bias, shared by the sweep, cancels; the margin is the
+    surrogate's learned paired error (``pair_bands``). With ``"interval"`` the trial's optimistic bound
+    ``low`` is compared with each competitor's pessimistic final loss (a completed trial's value, a running
+    trial's predicted ``high``). Either way the trial is pruned when ``keep_top_k`` competitors are
+    confidently going to end better. A NaN, inf or non-positive loss prunes at once. The study must
+    minimize the loss.
 
     Step convention: the objective reports ``trial.report(loss, step=tokens_seen)`` (tokens, not
     optimizer steps); t̂ = tokens_seen / total_tokens. The run's controls come from the trial's user
@@ -128,6 +132,7 @@ class CollapsePruner(BasePruner):
         min_fraction: t̂ before which no trial is judged, in (0, 1).
         confidence: confidence of the predicted interval, in (0, 1).
         keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
+        comparison: "paired" (default) or "interval" (see above and hpo/decision.py).
         total_tokens: default training tokens per trial (positive), for trials without that attr.
         schedule: default LR schedule (a ``Schedule``, kind name or dict; None = linear decay to zero).
         tau: default AdamW timescale (positive; None = no weight decay).
@@ -151,6 +156,7 @@ class CollapsePruner(BasePruner):
         min_fraction: float = 0.1,
         confidence: float = 0.9,
         keep_top_k: int = 1,
+        comparison: str = "paired",
         total_tokens: float | None = None,
         schedule: Schedule | str | Mapping[str, Any] | None = None,
         tau: float | None = None,
@@ -159,7 +165,7 @@ class CollapsePruner(BasePruner):
         judge_every: float = 0.02,
     ) -> None:
         self._settings = PruneSettings(
-            min_fraction=min_fraction, confidence=confidence, keep_top_k=keep_top_k
+            min_fraction=min_fraction, confidence=confidence, keep_top_k=keep_top_k, comparison=comparison
         )
         self._defaults = TrialControls.check(
             total_tokens=total_tokens,
@@ -187,7 +193,7 @@ class CollapsePruner(BasePruner):
 
     # The keyword arguments, for from_config and error messages.
     _OPTIONS = (
-        "reference", "min_fraction", "confidence", "keep_top_k",
+        "reference", "min_fraction", "confidence", "keep_top_k", "comparison",
         "total_tokens", "schedule", "tau", "tpp", "report_prediction", "judge_every",
     )
 
@@ -324,11 +330,9 @@ class CollapsePruner(BasePruner):
                 "tpp unknown: call set_trial_controls(trial, tpp=...) or give CollapsePruner(tpp=...); kept",
                 first.fraction,
             ), label, None
-        competitors, numbers = _competitors(trials, trial.number)
+        competitors, numbers = _competitors(trials, trial.number, self._defaults)
         decision = decide(t_hat, values, surrogate=surrogate, competitors=competitors, **common)
-        source = None
-        if decision.threshold is not None:
-            source = next(n for c, n in zip(competitors, numbers) if pessimistic(c) == decision.threshold)
+        source = None if decision.threshold_index is None else numbers[decision.threshold_index]
         return decision, label, source
 
     def _bucket(self, fraction: Any) -> int:
@@ -395,44 +399,77 @@ def _late_reports(log: list[dict[str, Any]], steps: Any) -> int:
     return max(0, now - int(last.get("n", now)))
 
 
-def _competitors(trials: list[FrozenTrial], number: int) -> tuple[list[float | Prediction], list[int]]:
-    """Completed trials' final losses and the latest predictions of the running trials.
+def _competitors(
+    trials: list[FrozenTrial], number: int, defaults: TrialControls
+) -> tuple[list[Competitor], list[int]]:
+    """The other trials that compete: completed ones (final loss) and running ones (latest prediction).
 
-    Pruned trials do not compete: a pruned trial will never finish, so its (possibly stale, or pre-divergence)
-    prediction must not prune anybody. With them counted, a replayed sweep could prune every trial and keep
-    no result. Returns the competitors and, in the same order, their trial numbers.
+    Each comes with its curve and controls, for the paired comparison (hpo/decision.py). Pruned trials do not
+    compete: a pruned trial will never finish, so its (possibly stale, or pre-divergence) prediction must not
+    prune anybody. With them counted, a replayed sweep could prune every trial and keep no result. Returns
+    the competitors and, in the same order, their trial numbers.
     """
-    out: list[float | Prediction] = []
+    out: list[Competitor] = []
     numbers: list[int] = []
     for t in trials:
         if t.number == number:
             continue
+        final: float | None = None
+        latest: Prediction | None = None
         if t.state == TrialState.COMPLETE and t.user_attrs.get(SAMPLER_STEP_ATTR) is None:
-            if t.value is not None and math.isfinite(t.value):
-                out.append(float(t.value))
-                numbers.append(t.number)
+            if t.value is None or not math.isfinite(t.value):
+                continue
+            final = float(t.value)
         elif t.state == TrialState.RUNNING:
-            # The latest prediction, read from the decision log: one attr, so written atomically (the five
-            # separate attrs can be caught half-updated by another worker).
-            source: Mapping[str, Any] = t.user_attrs
-            for entry in reversed(t.user_attrs.get(DECISIONS_ATTR) or []):
-                if isinstance(entry, Mapping) and entry.get("predicted_final_loss") is not None:
-                    source = entry
-                    break
-            pred = source.get("predicted_final_loss")
-            if isinstance(pred, int | float) and math.isfinite(pred):
-                low, high = source.get("predicted_low"), source.get("predicted_high")
-                fraction = source.get("t_hat", source.get("decision_fraction"))
-                out.append(
-                    Prediction(
-                        final_loss=float(pred),
-                        low=float(low) if isinstance(low, int | float) else None,
-                        high=float(high) if isinstance(high, int | float) else None,
-                        fraction=float(fraction) if isinstance(fraction, int | float) else 0.0,
-                    )
-                )
-                numbers.append(t.number)
+            latest = _latest_prediction(t)
+            if latest is None:
+                continue
+        else:
+            continue
+        out.append(Competitor(final_loss=final, latest=latest, **_curve_of(t, defaults)))
+        numbers.append(t.number)
     return out, numbers
+
+
+def _latest_prediction(t: FrozenTrial) -> Prediction | None:
+    """A running trial's latest prediction, read from its decision log (one attr, so written atomically:
+    the five separate attrs can be caught half-updated by another worker)."""
+    source: Mapping[str, Any] = t.user_attrs
+    for entry in reversed(t.user_attrs.get(DECISIONS_ATTR) or []):
+        if isinstance(entry, Mapping) and entry.get("predicted_final_loss") is not None:
+            source = entry
+            break
+    pred = source.get("predicted_final_loss")
+    if not isinstance(pred, int | float) or not math.isfinite(pred):
+        return None
+    low, high = source.get("predicted_low"), source.get("predicted_high")
+    fraction = source.get("t_hat", source.get("decision_fraction"))
+    return Prediction(
+        final_loss=float(pred),
+        low=float(low) if isinstance(low, int | float) else None,
+        high=float(high) if isinstance(high, int | float) else None,
+        fraction=float(fraction) if isinstance(fraction, int | float) else 0.0,
+    )
+
+
+def _curve_of(t: FrozenTrial, defaults: TrialControls) -> dict[str, Any]:
+    """A competitor's valid reports (t̂ ≤ 1, finite positive loss) and controls; empty when unknown."""
+    try:
+        controls = defaults.merged(t.user_attrs, f"trial {t.number} user attrs")
+    except InputError:
+        return {}
+    if controls.total_tokens is None:
+        return {}
+    steps, values = trial_points(t)
+    t_hat = steps / controls.total_tokens
+    ok = np.isfinite(values) & (values > 0) & (t_hat <= 1.0 + 1e-9)
+    return {
+        "t_hat": tuple(t_hat[ok].tolist()),
+        "loss": tuple(values[ok].tolist()),
+        "schedule": controls.schedule,
+        "tau": controls.tau,
+        "tpp": controls.tpp,
+    }
 
 
 def set_trial_controls(

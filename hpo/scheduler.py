@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
-from collapse_hpo.hpo.decision import Decision, PruneSettings, decide
+from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
 from collapse_hpo.hpo.pruner import DECISIONS_ATTR
 from collapse_hpo.hpo.reference import (
     COMPLETE_T_HAT,
@@ -142,7 +142,7 @@ class CollapseScheduler(FIFOScheduler):
             weight decay, tokens per parameter), used when ``controls`` gives none.
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
             ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
-        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k).
+        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison).
         state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
         storage, study_name: Optuna storage URL and study to mirror trials into (both or neither).
@@ -467,7 +467,7 @@ class CollapseScheduler(FIFOScheduler):
 
     def _decide(self, rec: TrialRecord) -> tuple[Decision, str]:
         """The decision on the record's curve against this session's other trials, and the reference label."""
-        competitors: list[float | Prediction] = []
+        competitors: list[Competitor] = []
         for tid in self._active:
             other = self._records.get(tid)
             # Only complete and running trials compete: a pruned or stopped trial will never finish, and
@@ -475,11 +475,23 @@ class CollapseScheduler(FIFOScheduler):
             if other is None or tid == rec.trial_id or other.status in ("error", "pruned", "stopped"):
                 continue
             if other.status == "complete" and other.final_loss is not None:
-                competitors.append(other.final_loss)
+                final, latest = other.final_loss, None
             else:
-                p = other.prediction_obj()
-                if p is not None:
-                    competitors.append(p)
+                final, latest = None, other.prediction_obj()
+                if latest is None:
+                    continue
+            ok = [(t, y) for t, y in zip(other.t_hat, other.loss) if math.isfinite(y) and y > 0 and t <= 1.0]
+            competitors.append(
+                Competitor(
+                    final_loss=final,
+                    latest=latest,
+                    t_hat=tuple(t for t, _ in ok),
+                    loss=tuple(y for _, y in ok),
+                    schedule=Schedule.from_dict(other.schedule),
+                    tau=other.tau,
+                    tpp=other.tpp,
+                )
+            )
         surrogate, label = self._surrogate()
         decision = decide(
             rec.t_hat,

@@ -83,7 +83,7 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
 
     p = sweep.pruner
     return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
-                          confidence=p.confidence, keep_top_k=p.keep_top_k,
+                          confidence=p.confidence, keep_top_k=p.keep_top_k, comparison=p.comparison,
                           report_prediction=p.report_prediction)
 
 

@@ -18,7 +18,9 @@ After the fit, the error model: each curve group (runs with equal controls, e.g.
 out in turn (at most ``folds`` folds), the surrogate is refit on the rest, and the held-out curves' final
 losses are predicted from their first p of training (the real `predict_final_loss` on the truncated raw
 curve). The residuals log(actual/predicted) by p become the surrogate's ``error_bands``. With a single group
-the residuals are in-sample, and the calibration notes say so.
+the residuals are in-sample, and the calibration notes say so. Differences of the residuals of two curves
+held out together (one fold's surrogate) become ``pair_bands``: the error of a predicted ratio of two final
+losses, in which a bias shared by the fold cancels (the pruner's paired comparison).
 """
 
 from __future__ import annotations
@@ -105,6 +107,11 @@ class Calibration:
             lines.append(
                 f"error model at p={band.fraction:g}: bias {100 * band.bias:+.2f}%, "
                 f"scale {100 * band.scale:.2f}%, max |err| {100 * band.max_abs:.2f}% (n={band.n})"
+            )
+        for band in s.pair_bands:
+            lines.append(
+                f"paired error at p={band.fraction:g}: scale {100 * band.scale:.2f}%, "
+                f"max |err| {100 * band.max_abs:.2f}% ({band.n} curves)"
             )
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
@@ -470,6 +477,41 @@ def _predict_errors(s: Surrogate, curves: Sequence[Curve], fractions: Sequence[f
     return out
 
 
+def _pair_bands(
+    residuals: dict[int, dict], fold_of: dict[int, int], fractions: Sequence[float]
+) -> list[ErrorBand]:
+    """Errors of paired predictions: d = r_i − r_j over pairs of curves predicted by one fold's surrogate.
+
+    r = log(actual/predicted), so d = log(actual_i/actual_j) − log(predicted_i/predicted_j): how far the
+    predicted *ratio* of two runs' final losses missed. A bias shared by the runs of one fold cancels. Both
+    orders of a pair count, so the mean is 0; ``scale`` is the root mean square of d, ``n`` the number of
+    curves behind it (pairs share curves, so pairs are not independent units).
+    """
+    bands = []
+    for p in fractions:
+        diffs: list[float] = []
+        used: set[int] = set()
+        for f in set(fold_of.values()):
+            have = [i for i in sorted(residuals) if fold_of.get(i) == f and residuals[i].get(p) is not None]
+            for a in range(len(have)):
+                for b in range(a + 1, len(have)):
+                    diffs.append(residuals[have[a]][p] - residuals[have[b]][p])
+                    used.update((have[a], have[b]))
+        if not diffs:
+            continue
+        d = np.array(diffs, dtype=float)
+        bands.append(
+            ErrorBand(
+                fraction=float(p),
+                n=len(used),
+                bias=0.0,
+                scale=max(float(np.sqrt(np.mean(d**2))), SCALE_FLOOR),
+                max_abs=float(np.max(np.abs(d))),
+            )
+        )
+    return bands
+
+
 def calibrate(
     curves: Sequence[Curve],
     *,
@@ -565,17 +607,20 @@ def calibrate(
 
     # Error model: held-out predictions from truncated curves.
     residuals: dict[int, dict] = {}
+    fold_of: dict[int, int] = {}  # which fold's surrogate predicted each curve (pairs are formed within one)
     if fold_masks:
-        for mask in fold_masks:
+        for f, mask in enumerate(fold_masks):
             train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
             pr = fit(train, chosen_free, start=best)
             s_fold = _to_surrogate(pr, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)
             errs = _predict_errors(s_fold, [curves[i] for i in test], error_fractions)
             for j, i in enumerate(test):
                 residuals[int(i)] = errs[j]
+                fold_of[int(i)] = f
         kind = f"held out by group ({len(fold_masks)} folds over {len(set(labels))} groups)"
     else:
         residuals = _predict_errors(surrogate, curves, error_fractions)
+        fold_of = dict.fromkeys(residuals, 0)
         kind = "in-sample (a single curve group: no held-out check possible; intervals are optimistic)"
         notes.append(f"error model is {kind}")
     bands = []
@@ -597,6 +642,9 @@ def calibrate(
             )
         )
     surrogate.error_bands = bands
+    surrogate.pair_bands = _pair_bands(residuals, fold_of, error_fractions)
+    if not surrogate.pair_bands:
+        notes.append("no fold held two curves: no paired error model (the pruner compares unpaired)")
 
     b_all, q_all = _bq(d, best)
     shapes = _shapes(d, b_all[None], q_all[None], best.m, eps2)[0]

@@ -94,7 +94,8 @@ def align_divisor(loss: np.ndarray, shape: np.ndarray, method: str = "sq", weigh
     raise ValueError(f"unknown alignment loss {method!r}")
 
 
-def _t_quantile(confidence: float, n: int) -> float:
+def t_quantile(confidence: float, n: int) -> float:
+    """The two-sided Student-t quantile t_{(1+confidence)/2, n−1} (n−1 at least 1) of the intervals."""
     key = (round(confidence, 6), n)
     v = _T_CACHE.get(key)
     if v is None:
@@ -115,7 +116,7 @@ def interval(
     """
     if band is None:
         return None, None
-    half = _t_quantile(confidence, band.n) * band.scale * math.sqrt(1.0 + 1.0 / band.n)
+    half = t_quantile(confidence, band.n) * band.scale * math.sqrt(1.0 + 1.0 / band.n)
     return final_loss * math.exp(band.bias - half), final_loss * math.exp(band.bias + half)
 
 

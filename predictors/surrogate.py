@@ -58,6 +58,11 @@ class Surrogate:
         align: the early-align loss, "sq" (squared error, closed form), "mae" or "log".
         align_start: a prediction at fraction p aligns on the points with t̂ ≥ align_start · p.
         error_bands: learned prediction errors by fraction (sorted by fraction); empty when not calibrated.
+        pair_bands: learned errors of the *difference* of two runs' predictions made at the same fraction
+            (r = log(actual_A/actual_B) − log(predicted_A/predicted_B) over pairs of held-out runs of one
+            fold; bias 0 by symmetry). A bias common to the runs of one sweep (the reference's size or data
+            mismatch) cancels in the difference, so these are narrower than ``error_bands``; the pruner's
+            paired comparison uses them. Empty when not calibrated or when no fold held two runs.
         info: free-form notes from calibration (fit region, weighting, fit MAE, ...), kept in the JSON.
     """
 
@@ -73,6 +78,7 @@ class Surrogate:
     align: str = "sq"
     align_start: float = 0.5
     error_bands: list[ErrorBand] = field(default_factory=list)
+    pair_bands: list[ErrorBand] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -90,6 +96,7 @@ class Surrogate:
         if not 0.0 <= self.align_start < 1.0:
             raise InputError(f"surrogate: align_start must be in [0, 1), got {self.align_start}")
         self.error_bands = sorted(self.error_bands, key=lambda e: e.fraction)
+        self.pair_bands = sorted(self.pair_bands, key=lambda e: e.fraction)
 
     # ------------------------------------------------------------------ the laws
     def b(self, tau: float | None) -> float:
@@ -136,30 +143,18 @@ class Surrogate:
         Beyond the last learned fraction the last band is used (errors shrink with more data, so this is
         conservative); below the first, the first. None when no error model was learned.
         """
-        bands = self.error_bands
-        if not bands:
-            return None
-        fr = np.array([b.fraction for b in bands])
-        if fraction <= fr[0]:
-            return bands[0]
-        if fraction >= fr[-1]:
-            return bands[-1]
-        j = int(np.searchsorted(fr, fraction))
-        lo, hi = bands[j - 1], bands[j]
-        w = (fraction - lo.fraction) / (hi.fraction - lo.fraction)
-        return ErrorBand(
-            fraction=float(fraction),
-            n=min(lo.n, hi.n),
-            bias=lo.bias + w * (hi.bias - lo.bias),
-            scale=lo.scale + w * (hi.scale - lo.scale),
-            max_abs=lo.max_abs + w * (hi.max_abs - lo.max_abs),
-        )
+        return _interpolate(self.error_bands, fraction)
+
+    def pair_band(self, fraction: float) -> ErrorBand | None:
+        """The paired-difference error band at ``fraction`` (interpolated as ``error_band``); None if none."""
+        return _interpolate(self.pair_bands, fraction)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with the format name and version."""
         d = asdict(self)
         d["error_bands"] = [asdict(e) for e in self.error_bands]
+        d["pair_bands"] = [asdict(e) for e in self.pair_bands]
         return {"format": FORMAT, "version": FORMAT_VERSION, **d}
 
     @classmethod
@@ -181,28 +176,16 @@ class Surrogate:
         if unknown:
             raise InputError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}")
         kwargs = {k: v for k, v in d.items() if k in known}
-        bands = kwargs.pop("error_bands", [])
-        if not isinstance(bands, list):
-            raise InputError(f"{source}: field 'error_bands' must be a list")
-        parsed = []
-        for i, e in enumerate(bands):
-            try:
-                band = ErrorBand(fraction=float(e["fraction"]), n=int(e["n"]), bias=float(e["bias"]),
-                                 scale=float(e["scale"]), max_abs=float(e["max_abs"]))
-            except (KeyError, TypeError, ValueError) as err:
-                raise InputError(f"{source}: error_bands[{i}] is malformed ({err!r}); recalibrate") from None
-            vals = (band.fraction, band.bias, band.scale, band.max_abs)
-            bad = band.n < 1 or band.scale < 0 or not 0 < band.fraction <= 1
-            if bad or not all(math.isfinite(v) for v in vals):
-                raise InputError(f"{source}: error_bands[{i}] has out-of-range values; recalibrate")
-            parsed.append(band)
+        parsed = {
+            name: _parse_bands(kwargs.pop(name, []), name, source) for name in ("error_bands", "pair_bands")
+        }
         if "info" in kwargs and not isinstance(kwargs["info"], dict):
             raise InputError(f"{source}: field 'info' must be an object")
         for name in ("tau_law", "tpp_law", "align"):
             if name in kwargs and not isinstance(kwargs[name], str):
                 raise InputError(f"{source}: field {name!r} must be a string")
         try:
-            s = cls(error_bands=parsed, **kwargs)
+            s = cls(**parsed, **kwargs)
         except InputError as err:
             raise InputError(f"{source}: {str(err).removeprefix('surrogate: ')}") from None
         except TypeError as err:
@@ -237,3 +220,43 @@ class Surrogate:
             raise InputError(f"{p}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
                              "recreate it with `collapse-hpo calibrate`") from None
         return cls.from_dict(d, source=str(p))
+
+
+def _interpolate(bands: list[ErrorBand], fraction: float) -> ErrorBand | None:
+    """The band at ``fraction``, linearly interpolated; the first or last band outside their range."""
+    if not bands:
+        return None
+    fr = np.array([b.fraction for b in bands])
+    if fraction <= fr[0]:
+        return bands[0]
+    if fraction >= fr[-1]:
+        return bands[-1]
+    j = int(np.searchsorted(fr, fraction))
+    lo, hi = bands[j - 1], bands[j]
+    w = (fraction - lo.fraction) / (hi.fraction - lo.fraction)
+    return ErrorBand(
+        fraction=float(fraction),
+        n=min(lo.n, hi.n),
+        bias=lo.bias + w * (hi.bias - lo.bias),
+        scale=lo.scale + w * (hi.scale - lo.scale),
+        max_abs=lo.max_abs + w * (hi.max_abs - lo.max_abs),
+    )
+
+
+def _parse_bands(bands: Any, name: str, source: str) -> list[ErrorBand]:
+    """The ErrorBands of JSON field ``name``; InputError naming ``source`` and the entry when malformed."""
+    if not isinstance(bands, list):
+        raise InputError(f"{source}: field {name!r} must be a list")
+    parsed = []
+    for i, e in enumerate(bands):
+        try:
+            band = ErrorBand(fraction=float(e["fraction"]), n=int(e["n"]), bias=float(e["bias"]),
+                             scale=float(e["scale"]), max_abs=float(e["max_abs"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(f"{source}: {name}[{i}] is malformed ({err!r}); recalibrate") from None
+        vals = (band.fraction, band.bias, band.scale, band.max_abs)
+        bad = band.n < 1 or band.scale < 0 or not 0 < band.fraction <= 1
+        if bad or not all(math.isfinite(v) for v in vals):
+            raise InputError(f"{source}: {name}[{i}] has out-of-range values; recalibrate")
+        parsed.append(band)
+    return parsed

@@ -185,6 +185,7 @@ def test_cli_bad_file_exits_2_with_one_line_and_writes_nothing(tmp_path: Path, c
         "unknown key": (_with(trails=3), "field 'trails'"),
         "wrong type": (_with(trials="many"), "field 'trials'"),
         "out of range": (_with(pruner={"confidence": 2.0}), "field 'pruner.confidence'"),
+        "unknown comparison": (_with(pruner={"comparison": "pairs"}), "field 'pruner.comparison'"),
         "lambda and tau": (_with(tau=0.1, fixed={"batch_tokens": 512, "weight_decay": 0.1}),
                            "field 'fixed.weight_decay'"),
         "unreachable storage": (_with(storage="postgresql://postgres@127.0.0.1:9/none"), "field 'storage'"),
@@ -205,3 +206,11 @@ def test_cli_bad_file_exits_2_with_one_line_and_writes_nothing(tmp_path: Path, c
     code, err = _run_cli([command, str(tmp_path / "missing.yaml")], capsys)
     assert code == 2 and "missing.yaml: sweep file not found" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]
+
+
+def test_pruner_comparison_reaches_the_pruner() -> None:
+    from collapse_hpo.hpo.trial import build_pruner
+
+    assert parse_sweep(BASE).pruner.comparison == "paired"
+    sweep = parse_sweep(_with(pruner={"comparison": "interval", "reference": {"online": True}}))
+    assert build_pruner(sweep, prune=True).settings.comparison == "interval"

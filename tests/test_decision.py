@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo.decision import Decision, PruneSettings, decide, pessimistic
+from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide, pessimistic
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.predict import Prediction
+from collapse_hpo.predictors.predict import Prediction, t_quantile
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
@@ -30,6 +30,8 @@ def curve(final_loss: float, upto: float, n: int = 40) -> tuple[np.ndarray, np.n
 
 
 def judge(t, y, competitors=(), **settings) -> Decision:
+    """The unpaired ("interval") rule unless ``comparison`` is given; the paired tests are at the end."""
+    settings.setdefault("comparison", "interval")
     return decide(
         t, y, surrogate=SURROGATE, schedule=SCHEDULE, tau=TAU, tpp=TPP,
         competitors=competitors, settings=PruneSettings(**settings),
@@ -47,6 +49,7 @@ def judge(t, y, competitors=(), **settings) -> Decision:
         ({"keep_top_k": 0}, "keep_top_k"),
         ({"keep_top_k": 1.5}, "keep_top_k"),
         ({"keep_top_k": True}, "keep_top_k"),
+        ({"comparison": "pairs"}, "comparison"),
     ],
 )
 def test_settings_are_validated_with_the_field_named(kwargs, field):
@@ -179,3 +182,87 @@ def test_user_attrs_carry_the_prediction():
     assert attrs["predicted_low"] < 3.5 < attrs["predicted_high"]
     early = judge(*curve(3.5, 0.05)).user_attrs()
     assert early["predicted_final_loss"] is None and "min_fraction" in early["prune_reason"]
+
+
+# ------------------------------------------------------------------------------------ the paired comparison
+# The same surrogate, with a wide single-run error model (10%) and a narrow paired one (0.5%): the reference
+# misses every run of a sweep alike, and that shared miss cancels in the ratio of two runs' predictions.
+PAIRED = Surrogate(
+    b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
+    error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.10, max_abs=0.3)],
+    pair_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.005, max_abs=0.015)],
+)
+
+
+def distorted(final_loss: float, upto: float, n: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """A run whose early losses sit 8% above the surrogate's shape (a mismatch all runs of a sweep share)."""
+    t, y = curve(final_loss, upto, n)
+    return t, y * (1 + 0.08 * (1 - t))
+
+
+def rival(final_loss: float | None, upto: float, **kw) -> Competitor:
+    """A competitor whose curve is ``distorted`` (a running one, final_loss None, is a run ending at 1.0)."""
+    t, y = distorted(1.0 if final_loss is None else final_loss, upto)
+    return Competitor(
+        final_loss=final_loss, t_hat=tuple(t), loss=tuple(y), schedule=SCHEDULE, tau=TAU, tpp=TPP, **kw
+    )
+
+
+def judge_paired(t, y, competitors, surrogate=PAIRED, **settings) -> Decision:
+    return decide(t, y, surrogate=surrogate, schedule=SCHEDULE, tau=TAU, tpp=TPP, competitors=competitors,
+                  settings=PruneSettings(comparison="paired", **settings))
+
+
+def test_paired_prunes_a_3pct_worse_run_that_the_interval_rule_keeps():
+    t, y = distorted(3.09, 0.3)  # ends 3% worse than the completed rival (3.0); both share the distortion
+    best = rival(3.0, 1.0)
+    d = judge_paired(t, y, [best])
+    assert d.prune and d.threshold_index == 0 and "paired at t_hat=0.3" in d.reason
+    # both predictions carry the same +~6% bias; their ratio is right, the bar is the rival's prediction at
+    # t̂ = 0.3 times the paired margin (t quantile × 0.5% × √(1 + 1/20))
+    assert d.prediction.final_loss > 3.09 * 1.03
+    margin = math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05))
+    assert d.threshold / d.prediction.final_loss == pytest.approx(margin / 1.03, rel=2e-3)
+    unpaired = decide(t, y, surrogate=PAIRED, schedule=SCHEDULE, tau=TAU, tpp=TPP, competitors=[best],
+                      settings=PruneSettings(comparison="interval"))
+    assert not unpaired.prune  # the 10% single-run interval hides a 3% gap
+
+
+def test_paired_keeps_the_better_run_and_a_run_within_the_margin():
+    t, y = distorted(3.0, 0.3)
+    assert not judge_paired(t, y, [rival(3.09, 1.0)]).prune  # the better one
+    t, y = distorted(3.003, 0.3)
+    d = judge_paired(t, y, [rival(3.0, 1.0)])  # 0.1% worse: inside the 0.8% paired margin
+    assert not d.prune and "kept" in d.reason
+
+
+def test_paired_uses_a_younger_rival_at_its_own_last_fraction():
+    t, y = distorted(3.2, 0.5)
+    young = rival(None, 0.25, latest=Prediction(final_loss=3.0, low=2.7, high=3.3, fraction=0.25))
+    d = judge_paired(t, y, [young])
+    # the rival's curve is that of a 1.0 run: the comparison is made at t̂ = 0.25, where both curves exist
+    assert d.prune and "paired at t_hat=0.25" in d.reason
+    assert d.threshold == pytest.approx(
+        d.prediction.final_loss / 3.2 * math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05)), rel=2e-3
+    )
+
+
+def test_paired_falls_back_to_the_interval_rule_without_a_curve_or_pair_bands():
+    t, y = curve(3.8, 0.3)  # 27% worse than the float: outside the 10% single-run interval too
+    d = judge_paired(t, y, [3.0])  # a bare float: nothing to pair, so the interval rule decides
+    assert d.prune and d.threshold == 3.0 and d.reason.startswith("optimistic final loss")
+    assert "no competitor could be paired: compared unpaired" in d.reason
+    d = judge_paired(t, y, [3.0, rival(3.4, 1.0)])  # one paired, one not: the float's bar is translated
+    assert d.prune and d.threshold_index == 0 and "(unpaired" in d.reason and "1 of 2" in d.reason
+    assert d.threshold == pytest.approx(3.0 * d.prediction.final_loss / d.prediction.low)
+    no_pairs = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1, error_bands=PAIRED.error_bands)
+    t, y = distorted(3.09, 0.3)
+    d = judge_paired(t, y, [rival(3.0, 1.0)], surrogate=no_pairs)
+    assert not d.prune and "the surrogate has no pair_bands: compared unpaired" in d.reason
+
+
+def test_paired_keep_top_k_needs_k_rivals_that_beat_the_run():
+    t, y = distorted(3.2, 0.3)
+    rivals = [rival(3.0, 1.0), rival(3.5, 1.0)]
+    assert not judge_paired(t, y, rivals, keep_top_k=2).prune  # only one rival is better
+    assert judge_paired(t, y, [*rivals, rival(3.1, 1.0)], keep_top_k=2).prune

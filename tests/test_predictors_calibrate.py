@@ -1,5 +1,7 @@
 """Calibration: recovery of known constants, degenerate laws, the m check, the error model, bad input."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,33 @@ def test_a_control_spanning_a_narrow_range_gets_a_constant_law():
     assert any("tpp values spanning only 244 to 257" in n for n in c.notes)
     power = calibrate(curves, free_m=False, folds=2, min_law_range=1.01)
     assert power.surrogate.tau_law == "power" and power.surrogate.tpp_law == "power"
+
+
+def test_pair_bands_are_differences_within_a_fold_and_cancel_a_shared_bias():
+    # Two groups of 4 seeds; group b's curves are 10% higher early on (a shape the other group lacks), so each
+    # fold's surrogate, fit on the other group, misses the held-out group's final losses together: one bias
+    # per fold, which the single error model spreads over its scale and the paired error must not contain.
+    base = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=8, noise=0.002, seed=3)
+    curves = base[:4] + [
+        dataclasses.replace(c, run=c.run + "_b", loss=c.loss * (1 + 0.1 * (1 - c.t_hat))) for c in base[4:]
+    ]
+    c = calibrate(curves, predict_weight=0.0, free_m=False, groups=["a"] * 4 + ["b"] * 4, folds=2)
+    s = c.surrogate
+    assert [b.fraction for b in s.pair_bands] == [b.fraction for b in s.error_bands]
+    for single, pair in zip(s.error_bands, s.pair_bands):
+        assert pair.bias == 0.0 and pair.n == 8
+        assert 0 < pair.scale <= pair.max_abs
+        assert single.scale > 3 * pair.scale
+    # the paired error is what it says: the rms of r_i - r_j over the pairs of one fold (r = log(actual/pred))
+    r = [float(np.log(1.0 / (1.0 + row.pred_error[0.2]))) for row in c.table]
+    diffs = [r[i] - r[j] for g in (range(4), range(4, 8)) for i in g for j in g if i < j]
+    assert s.pair_band(0.2).scale == pytest.approx(float(np.sqrt(np.mean(np.square(diffs)))), rel=1e-9)
+    assert "paired error at p=0.2" in c.format_table()
+    assert Surrogate.from_dict(s.to_dict()).pair_bands == s.pair_bands
+
+
+def test_a_single_curve_gives_no_pair_bands_and_says_so():
+    curves = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=1, noise=0.001)
+    c = calibrate(curves, free_m=False)
+    assert c.surrogate.pair_bands == []
+    assert any("no paired error model" in n for n in c.notes)

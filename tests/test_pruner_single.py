@@ -68,8 +68,13 @@ def true_final(x: float) -> float:
     return 3.0 + 2.0 * (x - 0.3) ** 2
 
 
-def objective(trial: optuna.trial.Trial, *, noise: float = 0.002, controls: bool = True) -> float:
-    """A stand-in for training: the true surrogate's collapse curve times the final loss, with noise."""
+def objective(
+    trial: optuna.trial.Trial, *, noise: float = 0.002, controls: bool = True, distortion: float = 0.0
+) -> float:
+    """A stand-in for training: the true surrogate's collapse curve times the final loss, with noise.
+
+    ``distortion`` lifts the early curve by that fraction (1 + distortion · (1 − t̂)), for every trial alike.
+    """
     x = trial.suggest_float("x", 0.0, 1.0)
     if controls:
         set_trial_controls(trial, total_tokens=TOTAL, schedule=SCHEDULE, tau=TAU, tpp=TPP)
@@ -79,6 +84,7 @@ def objective(trial: optuna.trial.Trial, *, noise: float = 0.002, controls: bool
     for i in range(1, REPORTS + 1):
         tokens = TOTAL * i // REPORTS
         shape = float(TRUE_SURROGATE.normalized(tokens / TOTAL, SCHEDULE, TAU, TPP)[0])
+        shape *= 1.0 + distortion * (1.0 - tokens / TOTAL)
         loss = final * shape * (1.0 + noise * float(rng.standard_normal()))
         trial.report(loss, step=tokens)
         if trial.should_prune():
@@ -417,3 +423,37 @@ def test_competitors_are_read_from_their_atomic_log_not_half_written_attrs(surro
     assert pruned
     last = trial_decisions(t)[-1]
     assert last["threshold"] == 3.05 and last["threshold_trial"] == other.number
+
+
+def test_paired_comparison_is_immune_to_a_reference_miss_the_whole_sweep_shares():
+    # The sweep's curves sit 8% above (or below) the reference shape early on, all trials alike: a reference
+    # from another setting. The unpaired rule compares biased predictions with real final losses: with +8%
+    # it prunes the true best, with -8% it prunes less. The paired rule compares predictions made at the
+    # same fraction, where the shared miss cancels: the same trials are pruned with or without it.
+    family = synthetic_curves(taus=(0.05, 0.1, 0.2), tpps=(20.0,), n_points=REPORTS, t_start=1.0 / REPORTS,
+                              seeds=2, seed=1)
+    reference = fit_surrogate(family)
+    assert [b.n for b in reference.pair_bands] == [6] * len(reference.error_bands)
+
+    def run(comparison: str, distortion: float) -> tuple[set[int], float, bool]:
+        study = optuna.create_study(pruner=CollapsePruner(reference=reference, comparison=comparison),
+                                    sampler=optuna.samplers.RandomSampler(seed=0))
+        study.optimize(lambda t: objective(t, distortion=distortion), n_trials=16)
+        finals = {t.number: true_final(t.params["x"]) for t in study.trials}
+        best = min(finals, key=finals.get)
+        pruned = {t.number for t in study.trials if t.state == PRUNED}
+        compute = sum(max(t.intermediate_values) for t in study.trials) / (16 * TOTAL)
+        if comparison == "paired" and distortion:
+            reasons = [study.trials[n].user_attrs["prune_reason"] for n in pruned]
+            assert any("paired at t_hat=" in r for r in reasons)
+            for n in pruned:
+                source = trial_decisions(study.trials[n])[-1]["threshold_trial"]
+                assert source not in (None, n) and finals[source] < finals[n]
+        return pruned, compute, best in pruned
+
+    clean = run("paired", 0.0)
+    assert clean[0] and not clean[2]
+    assert run("paired", 0.08) == clean and run("paired", -0.08) == clean
+    high, low = run("interval", 0.08), run("interval", -0.08)
+    assert high[2]  # the unpaired rule cuts the true best when the reference flatters the competitors
+    assert low[1] > clean[1] + 0.1 and not low[2]  # and spends more when it flatters the trial

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = make_sweep(read_curves_csv(args.curves), n_reports=args.reports,
                        name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
     surrogate = None
-    needs = [n for n in chosen if n in ("collapse", "collapse-tuned")]
+    needs = [n for n in chosen if n in peers.REFERENCE_PRUNERS]
     if needs:
         surrogate = peers.load_surrogate(surrogate=args.surrogate, reference=args.reference)
         if surrogate is None:

@@ -156,7 +156,7 @@ def part_replay(size: str, cache: Path, out: Path, orders: int, workers: int, re
             f"MAE {100 * cal.mean_mae_paper:.2f}%"
         )
     # collapse-online refits the surrogate whenever a trial completes (seconds each): external sweeps only
-    skip = {"collapse-online"} | (set() if surrogate is not None else {"collapse", "collapse-tuned"})
+    skip = {"collapse-online"} | (set() if surrogate is not None else set(peers.REFERENCE_PRUNERS))
     names = [n for n in peers.available_names() if n not in skip]
     summaries: list[Summary] = []
     results["replay"], results["ordering"] = {}, {}
@@ -351,9 +351,10 @@ def part_alarm(size: str, cache: Path, out: Path, results: dict) -> None:
     """Choose the deviation rule and the raw-loss rule on calibration runs; measure on test runs.
 
     Clean runs are split into calibration (the first third by seed) and test runs; so is each fault family
-    (``alarm_fault``: strength 1; ``alarm_weak``: a weaker fault). Thresholds come from the clean calibration
-    runs only (1.25 × the largest persistent statistic any of them reached); among the candidate settings
-    (align window, persistence, smoothing) the one that detects most faulty calibration runs earliest wins.
+    (``alarm_fault``: strength 1; ``alarm_medium``, ``alarm_weak``: weaker faults). Thresholds come from the
+    clean calibration runs only (1.25 × the largest persistent statistic any of them reached); among the
+    candidate settings (align window, persistence, smoothing) the one that detects most faulty calibration
+    runs earliest wins.
     Rates are then measured on the test runs. Reference: the smallest τ-optimal family run (same controls).
     """
     from collapse_hpo.predictors.residuals import (
@@ -377,7 +378,8 @@ def part_alarm(size: str, cache: Path, out: Path, results: dict) -> None:
     # thresholds, which are chosen on those same runs: tried, it gave more false alarms on the test runs)
     ref = normalized_reference(ref_run.t_hat, ref_run.loss, smooth=0.02)
 
-    for fam, key in (("alarm_fault", "alarm"), ("alarm_weak", "alarm_weak")):
+    families = (("alarm_fault", "alarm"), ("alarm_medium", "alarm_medium"), ("alarm_weak", "alarm_weak"))
+    for fam, key in families:
         fault = load_family(cache, fam)
         if not fault:
             continue
@@ -575,7 +577,7 @@ def part_external(
     """Replays of the external sweeps that can be formed."""
     summaries: list[Summary] = []
     res: dict[str, Any] = {}
-    names_online = [n for n in peers.available_names() if n not in ("collapse", "collapse-tuned")]
+    names_online = [n for n in peers.available_names() if n not in peers.REFERENCE_PRUNERS]
     mpl_root = extdata / "mpl_luo2025"
     if mpl_root.is_dir():
         sizes = (25, 100, 400)
@@ -711,7 +713,7 @@ def report_md(size: str, results: dict, summaries: list[Summary], ext: list[Summ
                 f"{ {p: [round(100 * x, 2) for x in v] for p, v in h['final_loss_error'].items()} } %"
             )
         L.append("")
-    for key in ("alarm", "alarm_weak"):
+    for key in ("alarm", "alarm_medium", "alarm_weak"):
         if key not in results:
             continue
         a = results[key]

@@ -12,9 +12,10 @@ Families (names are the artefact files):
   varied.
 - ``collapse_tau``: sizes at 20 TPP, τ = τ_opt(20), CompleteP LR η = base_lr / m_N, fixed B;
   ``collapse_lambda``: the same shapes with λ fixed at the smallest size's value (τ falls as 1/m_N).
-- ``alarm_clean`` / ``alarm_fault`` / ``alarm_weak``: small runs at τ_opt with several seeds and sizes; the
-  faulty ones switch on the trainer's ``loss_normalization`` fault at t̂ = 0.4 (strength 1, and
-  WEAK_FAULT_STRENGTH for ``alarm_weak``).
+- ``alarm_clean`` / ``alarm_fault`` / ``alarm_medium`` / ``alarm_weak``: small runs at τ_opt with several
+  seeds; the faulty ones switch on the trainer's ``loss_normalization`` fault at t̂ = 0.4 (strength 1,
+  MEDIUM_FAULT_STRENGTH and WEAK_FAULT_STRENGTH). The medium family is planned last (added after the
+  others were trained), so a cache of the others stays valid.
 """
 
 from __future__ import annotations
@@ -68,15 +69,16 @@ class Size:
 
 
 SIZES: dict[str, Size] = {
-    # ~25K non-embedding parameters for the sweeps (0.5M tokens each at 20 TPP), collapse family 14K..99K.
+    # The brief's sizes: ~99K non-embedding parameters for the sweeps (2.0M tokens each at 20 TPP), the
+    # collapse family 25K, 99K, 222K, 394K (widths 32, 64, 96, 128), alarm runs at 25K (width 32).
     "full": Size(
-        sweep_width=32,
+        sweep_width=64,
         lr_trials=16,
         bs_trials=8,
         sweep_seeds=(0, 1),
-        collapse_widths=(24, 32, 48, 64),
+        collapse_widths=(32, 64, 96, 128),
         collapse_seeds=(10, 11),
-        alarm_width=(24,),
+        alarm_width=(32,),
         alarm_clean=30,
         alarm_fault=15,
     ),
@@ -98,10 +100,13 @@ SIZES: dict[str, Size] = {
     ),
 }
 
-LR_RANGE = (2e-3, 1.2e-1)  # hidden-matrix peak LR of the sweep model (base_width = its width)
+# Hidden-matrix peak LRs at the base width (Size.base_width); a model of width w gets them × base_width / w
+# (CompleteP), so the sweeps at every width cover the same range around the transferred optimum.
+LR_RANGE = (2e-3, 1.2e-1)
 LR_CENTER = 1.5e-2
 BS_RANGE = (512, 8192)
 WEAK_FAULT_STRENGTH = 0.2  # fault.strength of the weak-fault runs (the strong ones: the default 1.0)
+MEDIUM_FAULT_STRENGTH = 0.5  # fault.strength of the medium-fault runs (alarm_medium, full size only)
 
 
 def _shape(width: int, depth: int) -> dict[str, int]:
@@ -136,9 +141,11 @@ def plan(size_name: str) -> list[RunSpec]:
     w0, depth = size.sweep_width, size.depth
     runs: list[RunSpec] = []
 
-    lrs = np.geomspace(*LR_RANGE, size.lr_trials) if size.lr_trials else []
+    m_n = w0 / size.base_width  # the sweep model's width multiplier
+    lrs = np.geomspace(*LR_RANGE, size.lr_trials) / m_n if size.lr_trials else []
+    lr_center = LR_CENTER / m_n
     d0 = _total_tokens(w0, depth, size.batch_tokens)
-    lam_fixed = weight_decay_for_tau(size.batch_tokens, LR_CENTER, TAU_OPT, d0)
+    lam_fixed = weight_decay_for_tau(size.batch_tokens, lr_center, TAU_OPT, d0)
     bss = (
         sorted({int(128 * round(b / 128)) for b in np.geomspace(*BS_RANGE, size.bs_trials)})
         if size.bs_trials
@@ -148,7 +155,7 @@ def plan(size_name: str) -> list[RunSpec]:
     def lr_sweeps(seed: int) -> list[RunSpec]:
         out = []
         for i, lr in enumerate(lrs):
-            cfg = _base(size, **_shape(w0, depth), base_width=w0, lr=float(lr), seed=seed)
+            cfg = _base(size, **_shape(w0, depth), lr=float(lr), seed=seed)
             out.append(
                 RunSpec(
                     "lr_tau",
@@ -170,7 +177,7 @@ def plan(size_name: str) -> list[RunSpec]:
     def bs_sweeps(seed: int) -> list[RunSpec]:
         out = []
         for i, b in enumerate(bss):
-            cfg = _base(size, **_shape(w0, depth), base_width=w0, lr=LR_CENTER, batch_tokens=b, seed=seed)
+            cfg = _base(size, **_shape(w0, depth), lr=lr_center, batch_tokens=b, seed=seed)
             out.append(
                 RunSpec(
                     "bs_tau",
@@ -248,19 +255,25 @@ def plan(size_name: str) -> list[RunSpec]:
                     "alarm_clean", f"alarm_clean_w{w}_s{100 + k}", cfg, meta={"width": w, "seed": 100 + k}
                 )
             )
-        for k in range(size.alarm_fault):  # the same fault, weaker: a slow drift, as in the paper's 1.8B run
-            w = widths[k % len(widths)]
+        # the same fault, weaker: a slow drift, as in the paper's 1.8B run
+        return out + weaker_faults("alarm_weak", WEAK_FAULT_STRENGTH, 300, size.alarm_fault)
+
+    def weaker_faults(family: str, strength: float, seed0: int, n: int) -> list[RunSpec]:
+        out = []
+        for k in range(n):
+            w = size.alarm_width[k % len(size.alarm_width)]
             cfg = _base(
-                size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=300 + k, tau=TAU_OPT
+                size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=seed0 + k, tau=TAU_OPT
             )
-            fault = {"kind": "loss_normalization", "start_t_hat": 0.4, "strength": WEAK_FAULT_STRENGTH,
+            fault = {"kind": "loss_normalization", "start_t_hat": 0.4, "strength": strength,
                      "micro_batch_tokens": size.batch_tokens // 2}
-            out.append(RunSpec("alarm_weak", f"alarm_weak_w{w}_s{300 + k}", cfg, fault=fault,
-                               meta={"width": w, "seed": 300 + k, "fault_t_hat": 0.4}))
+            out.append(RunSpec(family, f"{family}_w{w}_s{seed0 + k}", cfg, fault=fault,
+                               meta={"width": w, "seed": seed0 + k, "fault_t_hat": 0.4}))
         return out
 
     seeds = list(size.sweep_seeds)
     cseeds = list(size.collapse_seeds)
+
     if seeds:
         runs += lr_sweeps(seeds[0])
     if cseeds:
@@ -274,6 +287,8 @@ def plan(size_name: str) -> list[RunSpec]:
         runs += lr_sweeps(s)
     for s in seeds[1:]:
         runs += bs_sweeps(s)
+    n_medium = size.alarm_fault if size_name == "full" else 0
+    runs += weaker_faults("alarm_medium", MEDIUM_FAULT_STRENGTH, 400, n_medium)
     return runs
 
 

@@ -14,7 +14,7 @@ Stable signature (keep it; callers in hpo/pruner.py and hpo/scheduler.py depend 
     tpp:         tokens per parameter D/N of the trial.
     competitors: the other trials: a float is a completed trial's final loss; a ``Prediction`` is another
                  trial's prediction (its ``high``, the pessimistic bound, is what counts); a ``Competitor``
-                 also carries the trial's logged predictions, for the paired comparison.
+                 also carries the trial's curve and controls, for the paired comparison.
     settings:    ``PruneSettings``.
 
 The rule, in words: below ``min_fraction`` of training nothing is judged. From then on the trial's final
@@ -124,6 +124,27 @@ class Competitor:
     tau: float | None = None
     tpp: float | None = None
 
+    @classmethod
+    def from_reports(
+        cls,
+        t_hat: Sequence[float] | np.ndarray,
+        loss: Sequence[float] | np.ndarray,
+        *,
+        final_loss: float | None = None,
+        latest: Prediction | None = None,
+        schedule: Schedule | None = None,
+        tau: float | None = None,
+        tpp: float | None = None,
+    ) -> Competitor:
+        """A Competitor keeping the reports a prediction can use: t̂ ≤ 1 and a finite, positive loss."""
+        t = np.asarray(t_hat, dtype=float).ravel()
+        y = np.asarray(loss, dtype=float).ravel()
+        ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= _T_HAT_END)
+        return cls(
+            final_loss=final_loss, latest=latest, t_hat=tuple(t[ok].tolist()), loss=tuple(y[ok].tolist()),
+            schedule=schedule, tau=tau, tpp=tpp,
+        )
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -218,7 +239,7 @@ def decide(
         tau: AdamW timescale; None = no weight decay.
         tpp: tokens per parameter.
         competitors: completed trials' final losses (float), other trials' predictions (Prediction), or
-            either with its logged predictions (Competitor).
+            either with its curve and controls (Competitor).
         settings: PruneSettings.
 
     Returns:

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import optuna
 from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
@@ -24,6 +23,7 @@ from collapse_hpo.hpo.reference import (
     Reference,
     TrialControls,
     make_reference,
+    trial_curve,
     trial_points,
 )
 from collapse_hpo.predictors.errors import InputError
@@ -426,7 +426,7 @@ def _competitors(
                 continue
         else:
             continue
-        out.append(Competitor(final_loss=final, latest=latest, **_curve_of(t, defaults)))
+        out.append(_with_curve(t, defaults, final, latest))
         numbers.append(t.number)
     return out, numbers
 
@@ -452,24 +452,20 @@ def _latest_prediction(t: FrozenTrial) -> Prediction | None:
     )
 
 
-def _curve_of(t: FrozenTrial, defaults: TrialControls) -> dict[str, Any]:
-    """A competitor's valid reports (t̂ ≤ 1, finite positive loss) and controls; empty when unknown."""
+def _with_curve(
+    t: FrozenTrial, defaults: TrialControls, final: float | None, latest: Prediction | None
+) -> Competitor:
+    """The competitor with its curve and controls (``trial_curve``); without them when they are unknown."""
     try:
-        controls = defaults.merged(t.user_attrs, f"trial {t.number} user attrs")
+        curve = trial_curve(t, defaults)
     except InputError:
-        return {}
-    if controls.total_tokens is None:
-        return {}
-    steps, values = trial_points(t)
-    t_hat = steps / controls.total_tokens
-    ok = np.isfinite(values) & (values > 0) & (t_hat <= 1.0 + 1e-9)
-    return {
-        "t_hat": tuple(t_hat[ok].tolist()),
-        "loss": tuple(values[ok].tolist()),
-        "schedule": controls.schedule,
-        "tau": controls.tau,
-        "tpp": controls.tpp,
-    }
+        curve = None
+    if curve is None:
+        return Competitor(final_loss=final, latest=latest)
+    return Competitor.from_reports(
+        curve.t_hat, curve.loss, final_loss=final, latest=latest, schedule=curve.schedule, tau=curve.tau,
+        tpp=None if math.isnan(curve.tpp) else curve.tpp,
+    )
 
 
 def set_trial_controls(

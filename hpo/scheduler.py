@@ -480,16 +480,10 @@ class CollapseScheduler(FIFOScheduler):
                 final, latest = None, other.prediction_obj()
                 if latest is None:
                     continue
-            ok = [(t, y) for t, y in zip(other.t_hat, other.loss) if math.isfinite(y) and y > 0 and t <= 1.0]
             competitors.append(
-                Competitor(
-                    final_loss=final,
-                    latest=latest,
-                    t_hat=tuple(t for t, _ in ok),
-                    loss=tuple(y for _, y in ok),
-                    schedule=Schedule.from_dict(other.schedule),
-                    tau=other.tau,
-                    tpp=other.tpp,
+                Competitor.from_reports(
+                    other.t_hat, other.loss, final_loss=final, latest=latest,
+                    schedule=Schedule.from_dict(other.schedule), tau=other.tau, tpp=other.tpp,
                 )
             )
         surrogate, label = self._surrogate()

@@ -224,52 +224,29 @@ def plan(size_name: str) -> list[RunSpec]:
                 )
         return out
 
-    def alarm() -> list[RunSpec]:
-        out = []
-        widths = size.alarm_width
-        for k in range(size.alarm_fault):
-            w = widths[k % len(widths)]
-            cfg = _base(
-                size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=200 + k, tau=TAU_OPT
-            )
-            out.append(
-                RunSpec(
-                    "alarm_fault",
-                    f"alarm_fault_w{w}_s{200 + k}",
-                    cfg,
-                    fault={
-                        "kind": "loss_normalization",
-                        "start_t_hat": 0.4,
-                        "micro_batch_tokens": size.batch_tokens // 2,
-                    },
-                    meta={"width": w, "seed": 200 + k, "fault_t_hat": 0.4},
-                )
-            )
-        for k in range(size.alarm_clean):
-            w = widths[k % len(widths)]
-            cfg = _base(
-                size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=100 + k, tau=TAU_OPT
-            )
-            out.append(
-                RunSpec(
-                    "alarm_clean", f"alarm_clean_w{w}_s{100 + k}", cfg, meta={"width": w, "seed": 100 + k}
-                )
-            )
-        # the same fault, weaker: a slow drift, as in the paper's 1.8B run
-        return out + weaker_faults("alarm_weak", WEAK_FAULT_STRENGTH, 300, size.alarm_fault)
-
-    def weaker_faults(family: str, strength: float, seed0: int, n: int) -> list[RunSpec]:
+    def alarm_runs(family: str, seed0: int, n: int, fault: dict[str, Any] | None) -> list[RunSpec]:
+        """``n`` runs at τ_opt, widths cycled, seeds seed0…; ``fault`` None: clean, else the
+        ``loss_normalization`` fault at t̂ = 0.4 with these extra settings (e.g. its strength)."""
         out = []
         for k in range(n):
-            w = size.alarm_width[k % len(size.alarm_width)]
-            cfg = _base(
-                size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=seed0 + k, tau=TAU_OPT
-            )
-            fault = {"kind": "loss_normalization", "start_t_hat": 0.4, "strength": strength,
-                     "micro_batch_tokens": size.batch_tokens // 2}
-            out.append(RunSpec(family, f"{family}_w{w}_s{seed0 + k}", cfg, fault=fault,
-                               meta={"width": w, "seed": seed0 + k, "fault_t_hat": 0.4}))
+            w, seed = size.alarm_width[k % len(size.alarm_width)], seed0 + k
+            cfg = _base(size, **_shape(w, depth), lr=LR_CENTER * size.base_width / w, seed=seed, tau=TAU_OPT)
+            meta: dict[str, Any] = {"width": w, "seed": seed}
+            spec = None
+            if fault is not None:
+                spec = {"kind": "loss_normalization", "start_t_hat": 0.4,
+                        "micro_batch_tokens": size.batch_tokens // 2, **fault}
+                meta["fault_t_hat"] = 0.4
+            out.append(RunSpec(family, f"{family}_w{w}_s{seed}", cfg, fault=spec, meta=meta))
         return out
+
+    def alarm() -> list[RunSpec]:
+        # strength 1 (the default), clean runs, and the same fault weaker: a slow drift (the paper's 1.8B run)
+        return (
+            alarm_runs("alarm_fault", 200, size.alarm_fault, {})
+            + alarm_runs("alarm_clean", 100, size.alarm_clean, None)
+            + alarm_runs("alarm_weak", 300, size.alarm_fault, {"strength": WEAK_FAULT_STRENGTH})
+        )
 
     seeds = list(size.sweep_seeds)
     cseeds = list(size.collapse_seeds)
@@ -288,7 +265,7 @@ def plan(size_name: str) -> list[RunSpec]:
     for s in seeds[1:]:
         runs += bs_sweeps(s)
     n_medium = size.alarm_fault if size_name == "full" else 0
-    runs += weaker_faults("alarm_medium", MEDIUM_FAULT_STRENGTH, 400, n_medium)
+    runs += alarm_runs("alarm_medium", 400, n_medium, {"strength": MEDIUM_FAULT_STRENGTH})
     return runs
 
 

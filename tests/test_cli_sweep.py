@@ -17,7 +17,10 @@ from collapse_hpo.predictors.timescale import adamw_tau
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_tiny_sweep_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tiny_sweep(tmp_path, "e2e", trials=6, prune=True)
+    # One trial at a time: every trial is judged against all earlier ones, complete. With two at once, how
+    # many had completed when a trial reached min_fraction depended on timing (the online reference's error
+    # model is very wide with 2 curves), and about 1 run in 4 pruned nothing.
+    path = tiny_sweep(tmp_path, "e2e", trials=6, prune=True, executor={"num_cpus": 1})
     assert cli.main(["run", str(path)]) == 0
     out = capsys.readouterr().out
     results = tmp_path / "results" / "e2e"

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from collapse_hpo.hpo.decision import DEFAULT_MARGIN
 from collapse_hpo.predictors.errors import InputError
 
 # Hyperparameters a trial takes, searched (``space``) or fixed (``fixed``). ``decay`` and ``final`` are
@@ -186,7 +187,8 @@ class ReferenceSpec(_Strict):
 class PrunerSpec(_Strict):
     """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
     off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
-    ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"),
+    ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"), ``margin``
+    (log-ratio by which a competitor must lead at a common fraction: 0.04 = 4%),
     ``report_prediction`` (give a pruned trial's predicted final loss to the sampler) and ``reference``."""
 
     enabled: bool = True
@@ -194,6 +196,7 @@ class PrunerSpec(_Strict):
     confidence: float = Field(default=0.9, gt=0, lt=1)
     keep_top_k: int = Field(default=1, ge=1)
     comparison: Literal["paired", "interval"] = "paired"
+    margin: float = Field(default=DEFAULT_MARGIN, ge=0, lt=1)
     report_prediction: bool = False
     reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
 

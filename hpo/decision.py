@@ -62,6 +62,11 @@ if TYPE_CHECKING:
 
 COMPARISONS = ("paired", "interval")
 
+#: Default ``PruneSettings.margin``: chosen on the development sweeps (25K-parameter LR and batch sweeps
+#: with τ held, commit 8a43079's curves) as the smallest of 0.02/0.03/0.04/0.05 that never cut the best trial
+#: in 20 orders of any of them; every sweep in BENCHMARKS.md §5 is out of sample for it.
+DEFAULT_MARGIN = 0.04
+
 # Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
 _T_HAT_END = 1.0 + 1e-9
 
@@ -77,12 +82,18 @@ class PruneSettings:
         keep_top_k: a trial is kept while it could still be among the ``keep_top_k`` best (integer ≥ 1).
         comparison: "paired" (default: predictions at the same fraction, the shared bias cancels) or
             "interval" (each trial's own interval against each competitor's pessimistic bound).
+        margin: the smallest log-ratio by which a competitor must be ahead at a common fraction of training
+            to count as beating the trial (0.04 = 4% of the loss; ``DEFAULT_MARGIN``). It is the whole
+            margin between two trials with equal controls (their ratio of losses at equal t̂ estimates the
+            ratio of final losses; the margin covers the curves crossing later), and a floor under the
+            surrogate's learned paired margin between trials whose controls differ.
     """
 
     min_fraction: float = 0.1
     confidence: float = 0.9
     keep_top_k: int = 1
     comparison: str = "paired"
+    margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
         for name in ("min_fraction", "confidence"):
@@ -98,6 +109,14 @@ class PruneSettings:
             raise InputError(f"pruner setting 'confidence' must be in (0, 1), got {self.confidence}")
         if isinstance(self.keep_top_k, bool) or not isinstance(self.keep_top_k, int) or self.keep_top_k < 1:
             raise InputError(f"pruner setting 'keep_top_k' must be an integer >= 1, got {self.keep_top_k!r}")
+        if (
+            isinstance(self.margin, bool) or not isinstance(self.margin, int | float)
+            or not math.isfinite(self.margin) or not 0.0 <= self.margin < 1.0
+        ):
+            raise InputError(
+                f"pruner setting 'margin' must be a log-ratio in [0, 1) (0.04 = 4% of the loss), "
+                f"got {self.margin!r}"
+            )
         if self.comparison not in COMPARISONS:
             raise InputError(
                 f"pruner setting 'comparison' must be one of {', '.join(COMPARISONS)}, "
@@ -318,29 +337,33 @@ def _decide(
             _join(f"t_hat={fraction:.4g} < min_fraction={settings.min_fraction:g}: not judged yet", notes),
             fraction,
         )
-    if surrogate is None:
+    paired = settings.comparison == "paired"
+    if surrogate is None and not paired:
         return Decision(False, _join("no reference surrogate: cannot predict, kept", notes), fraction)
 
-    from collapse_hpo.predictors.predict import predict_final_loss
+    prediction: Prediction | None = None
+    if surrogate is not None:
+        from collapse_hpo.predictors.predict import predict_final_loss
 
-    prediction = predict_final_loss(
-        t,
-        y,
-        surrogate=surrogate,
-        schedule=schedule,
-        tau=tau,
-        tpp=tpp,
-        min_fraction=settings.min_fraction,
-        confidence=settings.confidence,
-    )
-    if not prediction.ok:
-        return Decision(
-            False, _join(f"no prediction ({prediction.reason}): kept", notes), fraction, prediction
+        prediction = predict_final_loss(
+            t,
+            y,
+            surrogate=surrogate,
+            schedule=schedule,
+            tau=tau,
+            tpp=tpp,
+            min_fraction=settings.min_fraction,
+            confidence=settings.confidence,
         )
+        if not prediction.ok:
+            return Decision(
+                False, _join(f"no prediction ({prediction.reason}): kept", notes), fraction, prediction
+            )
 
     comps = list(competitors)
-    if settings.comparison == "paired":
+    if paired:
         return _paired(t, y, prediction, comps, surrogate, schedule, tau, tpp, settings, fraction, notes)
+    assert prediction is not None  # the interval rule returned above without a surrogate
     return _interval(prediction, comps, settings, fraction, notes)
 
 
@@ -384,12 +407,76 @@ def _interval(
     return Decision(False, _join(reason, notes), fraction, prediction, threshold, threshold_index=index)
 
 
+#: Relative difference of τ or TPP below which two trials' controls count as equal: training tokens rounded to
+#: whole batches move the TPP of a batch-size sweep by ~0.2%, which changes the collapsed shape by far less.
+CONTROL_TOLERANCE = 0.01
+#: Two schedule shapes are the same when their mean absolute difference over t̂ ∈ [0, 1] is below this (in
+#: units of the peak LR): linear and cosine decay differ by about 0.1, warm-ups of 5% and 10% by 0.03.
+SCHEDULE_TOLERANCE = 0.01
+_SCHEDULE_GRID = np.linspace(0.0, 1.0, 201)
+
+
+def same_schedule(a: Schedule, b: Schedule) -> bool:
+    """Whether two LR schedule shapes agree: mean |a(t̂) − b(t̂)| < ``SCHEDULE_TOLERANCE`` on a grid of t̂.
+
+    Schedules read from logged LRs (kind ``data``) differ in float noise and in where they were logged (a
+    coarse log clips the warm-up's peak); compared on average as functions of t̂ they are equal.
+    """
+    if a == b:
+        return True
+    diff = np.abs(np.asarray(a(_SCHEDULE_GRID), dtype=float) - np.asarray(b(_SCHEDULE_GRID), dtype=float))
+    return bool(np.mean(diff) < SCHEDULE_TOLERANCE)
+
+
+def same_controls(
+    schedule: Schedule, tau: float | None, tpp: float, other: Competitor, *, default_tpp: float
+) -> bool:
+    """Whether a competitor trains with the same controls (schedule shape, τ, TPP) as the trial.
+
+    Equal controls mean equal normalized curves (the collapse), so the two trials' losses at equal t̂ are in
+    the ratio of their final losses, up to how much the curves cross later. τ and TPP count as equal within
+    ``CONTROL_TOLERANCE`` (relative), schedules as in ``same_schedule``. A competitor's missing TPP is
+    ``default_tpp`` (the trial's sweep-wide value).
+    """
+    if other.schedule is None or not same_schedule(schedule, other.schedule):
+        return False
+    if (tau is None) != (other.tau is None):
+        return False
+    close = math.isclose
+    if tau is not None and other.tau is not None and not close(tau, other.tau, rel_tol=CONTROL_TOLERANCE):
+        return False
+    theirs = default_tpp if other.tpp is None else other.tpp
+    return close(tpp, theirs, rel_tol=CONTROL_TOLERANCE)
+
+
+def loss_log_ratio(
+    t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float
+) -> float | None:
+    """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [align_start · f, f].
+
+    Both curves are sorted by t̂ and hold valid points only; the competitor's log-loss is interpolated at the
+    trial's points in the window (the window is clipped to where both curves have points). Returns None when
+    the curves share no point of the window.
+    """
+    lo = max(align_start * f, float(ct[0]), float(t[0]))
+    keep = (t >= lo - 1e-12) & (t <= f + 1e-12)
+    if not keep.any():
+        upto = np.flatnonzero(t <= f + 1e-12)
+        if upto.size == 0 or t[upto[-1]] < ct[0] - 1e-12:
+            return None
+        keep = np.zeros_like(t, dtype=bool)
+        keep[upto[-1]] = True
+    tw = t[keep]
+    theirs = np.interp(tw, ct, np.log(cy))
+    return float(np.mean(np.log(y[keep]) - theirs))
+
+
 def _paired(
     t: np.ndarray,
     y: np.ndarray,
-    prediction: Prediction,
+    prediction: Prediction | None,
     comps: list[float | Prediction | Competitor],
-    surrogate: Surrogate,
+    surrogate: Surrogate | None,
     schedule: Schedule,
     tau: float | None,
     tpp: float,
@@ -397,17 +484,29 @@ def _paired(
     fraction: float,
     notes: list[str],
 ) -> Decision:
-    """The paired comparison (module docstring): each competitor's bar in this trial's prediction units."""
+    """The paired comparison (module docstring): each competitor's bar in this trial's prediction units.
+
+    Without a surrogate (``prediction`` None) only competitors with equal controls can be compared; the bars
+    are then in units of the trial's current loss.
+    """
     from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
 
-    pred = float(prediction.final_loss)
-    low = float(prediction.low) if prediction.low is not None else pred
-    own: dict[float, float | None] = {fraction: pred}  # this trial's prediction at each fraction used
+    align_start = surrogate.align_start if surrogate is not None else 0.5
+    if prediction is not None:
+        value = float(prediction.final_loss)
+        low = float(prediction.low) if prediction.low is not None else value
+        what = "predicted final loss"
+    else:
+        value = float(np.exp(np.mean(np.log(y[t >= align_start * fraction - 1e-12]))))
+        low = value
+        what = "current loss"
+    own: dict[float, float | None] = {fraction: value}  # this trial's prediction at each fraction used
 
     def at(
         f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float
     ) -> float | None:
         """A prediction from the points at t̂ <= f of one curve (None when it fails)."""
+        assert surrogate is not None
         keep = tt <= f + 1e-12
         p = predict_final_loss(
             tt[keep], yy[keep], surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
@@ -420,28 +519,51 @@ def _paired(
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
-        if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None and surrogate.pair_bands:
+        if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None:
             ct, cy = np.asarray(c.t_hat, dtype=float), np.asarray(c.loss, dtype=float)
             earlier = ct[ct <= fraction + 1e-9]
             if earlier.size and earlier.max() >= settings.min_fraction:
                 f = float(earlier.max())
-                if f not in own:
-                    own[f] = at(f, t, y, schedule, tau, tpp)
-                mine = own[f]
-                theirs = at(f, ct, cy, c.schedule, c.tau, tpp if c.tpp is None else c.tpp)
-                band = surrogate.pair_band(f)
-                if mine is not None and theirs is not None and band is not None:
-                    margin = t_quantile(settings.confidence, band.n) * band.scale * math.sqrt(1 + 1 / band.n)
-                    bar = pred * theirs / mine * math.exp(margin)
-                    how = f"paired at t_hat={f:.3g}"
+                log_ratio: float | None = None
+                margin = settings.margin
+                if same_controls(schedule, tau, tpp, c, default_tpp=tpp):
+                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start)
+                    how = f"loss ratio at t_hat={f:.3g}, equal controls, margin {settings.margin:.3g}"
+                elif surrogate is not None and surrogate.pair_bands:
+                    band = surrogate.pair_band(f)
+                    if f not in own:
+                        own[f] = at(f, t, y, schedule, tau, tpp)
+                    mine = own[f]
+                    theirs = at(f, ct, cy, c.schedule, c.tau, tpp if c.tpp is None else c.tpp)
+                    if mine is not None and theirs is not None and band is not None:
+                        learned = t_quantile(settings.confidence, band.n) * band.scale
+                        margin = max(settings.margin, learned * math.sqrt(1 + 1 / band.n))
+                        log_ratio = math.log(mine / theirs)
+                        how = f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
+                if log_ratio is not None:
+                    bar = value * math.exp(margin - log_ratio)
                     n_paired += 1
-        if not math.isfinite(bar):
+                else:
+                    how = "unpaired"
+        if not math.isfinite(bar) and prediction is not None:
             v = pessimistic(c)
-            bar = v * pred / low if math.isfinite(v) and low > 0 else math.nan
+            bar = v * value / low if math.isfinite(v) and low > 0 else math.nan
         if math.isfinite(bar):
             bars.append((bar, i, how))
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
-        why = "no competitor could be paired" if surrogate.pair_bands else "the surrogate has no pair_bands"
+        if prediction is None:
+            return Decision(
+                False,
+                _join(
+                    "no reference surrogate, and no competitor with equal controls at a common fraction "
+                    "of training: kept",
+                    notes,
+                ),
+                fraction,
+            )
+        why = "no competitor could be paired"
+        if surrogate is not None and not surrogate.pair_bands:
+            why += " (the surrogate has no pair_bands for competitors with other controls)"
         return _interval(prediction, comps, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()
     k = settings.keep_top_k
@@ -450,22 +572,21 @@ def _paired(
         return Decision(
             False,
             _join(
-                f"predicted final loss {pred:.4g}; only {len(bars)} competitor(s) with a final loss or "
-                f"prediction, keep_top_k={k}: kept",
+                f"{what} {value:.4g}; only {len(bars)} competitor(s) to compare with, keep_top_k={k}: kept",
                 notes,
             ),
             fraction,
             prediction,
         )
     threshold, index, how = bars[k - 1]
-    verdict = "pruned at t_hat=" + f"{fraction:.3g}" if pred > threshold else "kept"
-    sign = ">" if pred > threshold else "<="
+    verdict = "pruned at t_hat=" + f"{fraction:.3g}" if value > threshold else "kept"
+    sign = ">" if value > threshold else "<="
     reason = (
-        f"predicted final loss {pred:.4g} {sign} {threshold:.4g}, the bar of the {_ordinal(k)} best "
-        f"competitor ({how}, at {settings.confidence:.0%}; {summary}): {verdict}"
+        f"{what} {value:.4g} {sign} {threshold:.4g}, the bar of the {_ordinal(k)} best "
+        f"competitor ({how}; {summary}): {verdict}"
     )
     return Decision(
-        pred > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
+        value > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
     )
 
 

@@ -17,7 +17,7 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
+from collapse_hpo.hpo.decision import DEFAULT_MARGIN, Competitor, Decision, PruneSettings, decide
 from collapse_hpo.hpo.reference import (
     SAMPLER_STEP_ATTR,
     Reference,
@@ -133,6 +133,8 @@ class CollapsePruner(BasePruner):
         confidence: confidence of the predicted interval, in (0, 1).
         keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
         comparison: "paired" (default) or "interval" (see above and hpo/decision.py).
+        margin: log-ratio by which a competitor must lead at a common fraction to beat a trial (0.04 = 4%;
+            see ``PruneSettings.margin``), in [0, 1).
         total_tokens: default training tokens per trial (positive), for trials without that attr.
         schedule: default LR schedule (a ``Schedule``, kind name or dict; None = linear decay to zero).
         tau: default AdamW timescale (positive; None = no weight decay).
@@ -157,6 +159,7 @@ class CollapsePruner(BasePruner):
         confidence: float = 0.9,
         keep_top_k: int = 1,
         comparison: str = "paired",
+        margin: float = DEFAULT_MARGIN,
         total_tokens: float | None = None,
         schedule: Schedule | str | Mapping[str, Any] | None = None,
         tau: float | None = None,
@@ -165,7 +168,8 @@ class CollapsePruner(BasePruner):
         judge_every: float = 0.02,
     ) -> None:
         self._settings = PruneSettings(
-            min_fraction=min_fraction, confidence=confidence, keep_top_k=keep_top_k, comparison=comparison
+            min_fraction=min_fraction, confidence=confidence, keep_top_k=keep_top_k, comparison=comparison,
+            margin=margin,
         )
         self._defaults = TrialControls.check(
             total_tokens=total_tokens,
@@ -193,7 +197,7 @@ class CollapsePruner(BasePruner):
 
     # The keyword arguments, for from_config and error messages.
     _OPTIONS = (
-        "reference", "min_fraction", "confidence", "keep_top_k", "comparison",
+        "reference", "min_fraction", "confidence", "keep_top_k", "comparison", "margin",
         "total_tokens", "schedule", "tau", "tpp", "report_prediction", "judge_every",
     )
 
@@ -322,9 +326,9 @@ class CollapsePruner(BasePruner):
         trials = study.get_trials(deepcopy=False)
         with self._lock:
             surrogate, label = self._reference.get(study, self._defaults, trials)
-        if surrogate is None:
+        if surrogate is None and self._settings.comparison != "paired":
             return Decision(False, f"no reference yet ({label}): kept", first.fraction), None, None
-        if controls.tpp is None and surrogate.tpp_law != "constant":
+        if surrogate is not None and controls.tpp is None and surrogate.tpp_law != "constant":
             return Decision(
                 False,
                 "tpp unknown: call set_trial_controls(trial, tpp=...) or give CollapsePruner(tpp=...); kept",
@@ -402,7 +406,7 @@ def _late_reports(log: list[dict[str, Any]], steps: Any) -> int:
 def _competitors(
     trials: list[FrozenTrial], number: int, defaults: TrialControls
 ) -> tuple[list[Competitor], list[int]]:
-    """The other trials that compete: completed ones (final loss) and running ones (latest prediction).
+    """The other trials that compete: completed ones (final loss) and running ones (curve, latest prediction).
 
     Each comes with its curve and controls, for the paired comparison (hpo/decision.py). Pruned trials do not
     compete: a pruned trial will never finish, so its (possibly stale, or pre-divergence) prediction must not
@@ -421,9 +425,9 @@ def _competitors(
                 continue
             final = float(t.value)
         elif t.state == TrialState.RUNNING:
+            # A running trial competes through its curve (paired at a common fraction) even before it has a
+            # prediction of its own: with equal controls no prediction is needed.
             latest = _latest_prediction(t)
-            if latest is None:
-                continue
         else:
             continue
         out.append(_with_curve(t, defaults, final, latest))

@@ -477,9 +477,9 @@ class CollapseScheduler(FIFOScheduler):
             if other.status == "complete" and other.final_loss is not None:
                 final, latest = other.final_loss, None
             else:
+                # A running trial competes through its curve even before its first prediction (with equal
+                # controls no prediction is needed; see hpo/pruner.py _competitors).
                 final, latest = None, other.prediction_obj()
-                if latest is None:
-                    continue
             competitors.append(
                 Competitor.from_reports(
                     other.t_hat, other.loss, final_loss=final, latest=latest,

@@ -7,13 +7,21 @@ import math
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide, pessimistic
+from collapse_hpo.hpo.decision import (
+    DEFAULT_MARGIN,
+    Competitor,
+    Decision,
+    PruneSettings,
+    decide,
+    pessimistic,
+    same_schedule,
+)
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import Prediction, t_quantile
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
-SCHEDULE = Schedule()
+SCHEDULE = Schedule(warmup=0.05)
 TAU, TPP = 0.1, 20.0
 # A surrogate with a 1% (log) error band: intervals are about ±1.7% at 90% confidence.
 SURROGATE = Surrogate(
@@ -213,27 +221,51 @@ def judge_paired(t, y, competitors, surrogate=PAIRED, **settings) -> Decision:
                   settings=PruneSettings(comparison="paired", **settings))
 
 
-def test_paired_prunes_a_3pct_worse_run_that_the_interval_rule_keeps():
-    t, y = distorted(3.09, 0.3)  # ends 3% worse than the completed rival (3.0); both share the distortion
+def rival_other_tau(final_loss: float | None, upto: float, **kw) -> Competitor:
+    """A ``rival`` trained at another τ: only the surrogate can compare it (paired with ``pair_bands``)."""
+    t, _ = curve(1.0, upto)
+    shape = np.asarray(PAIRED.normalized(t, SCHEDULE, 2 * TAU, TPP), dtype=float)
+    y = (1.0 if final_loss is None else final_loss) * shape * (1 + 0.08 * (1 - t))
+    return Competitor(
+        final_loss=final_loss, t_hat=tuple(t), loss=tuple(y), schedule=SCHEDULE, tau=2 * TAU, tpp=TPP, **kw
+    )
+
+
+def test_equal_controls_compare_loss_ratios_without_a_surrogate():
+    t, y = distorted(3.2, 0.3)  # ends 6.7% worse than the completed rival; both share the distortion
     best = rival(3.0, 1.0)
-    d = judge_paired(t, y, [best])
-    assert d.prune and d.threshold_index == 0 and "paired at t_hat=0.3" in d.reason
-    # both predictions carry the same +~6% bias; their ratio is right, the bar is the rival's prediction at
-    # t̂ = 0.3 times the paired margin (t quantile × 0.5% × √(1 + 1/20))
-    assert d.prediction.final_loss > 3.09 * 1.03
-    margin = math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05))
-    assert d.threshold / d.prediction.final_loss == pytest.approx(margin / 1.03, rel=2e-3)
+    for surrogate in (None, PAIRED):
+        d = judge_paired(t, y, [best], surrogate=surrogate)
+        assert d.prune and d.threshold_index == 0 and "loss ratio at t_hat=0.3" in d.reason
+    d = judge_paired(t, y, [best], surrogate=None)
+    assert d.prediction is None and d.reason.startswith("current loss")
+    # the bar is the current loss scaled by e^margin over the loss ratio at t̂ = 0.3 (3.0 / 3.2 there)
+    window = t >= 0.15
+    current = math.exp(np.mean(np.log(y[window])))
+    assert d.threshold == pytest.approx(current * math.exp(DEFAULT_MARGIN) * 3.0 / 3.2, rel=1e-6)
     unpaired = decide(t, y, surrogate=PAIRED, schedule=SCHEDULE, tau=TAU, tpp=TPP, competitors=[best],
                       settings=PruneSettings(comparison="interval"))
-    assert not unpaired.prune  # the 10% single-run interval hides a 3% gap
+    assert not unpaired.prune  # the 10% single-run interval hides a 6.7% gap
 
 
-def test_paired_keeps_the_better_run_and_a_run_within_the_margin():
+def test_equal_controls_keep_the_better_run_and_a_run_within_the_margin():
     t, y = distorted(3.0, 0.3)
-    assert not judge_paired(t, y, [rival(3.09, 1.0)]).prune  # the better one
-    t, y = distorted(3.003, 0.3)
-    d = judge_paired(t, y, [rival(3.0, 1.0)])  # 0.1% worse: inside the 0.8% paired margin
+    assert not judge_paired(t, y, [rival(3.2, 1.0)]).prune  # the better one
+    t, y = distorted(3.09, 0.3)
+    d = judge_paired(t, y, [rival(3.0, 1.0)])  # 3% worse: inside the 4% default margin
     assert not d.prune and "kept" in d.reason
+    assert judge_paired(t, y, [rival(3.0, 1.0)], margin=0.02).prune  # outside a 2% margin
+
+
+def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin():
+    t, y = distorted(3.09, 0.3)  # 3% worse than a rival at another τ
+    d = judge_paired(t, y, [rival_other_tau(3.0, 1.0)], margin=0.0)
+    assert d.prune and "paired at t_hat=0.3" in d.reason
+    # the bar is the rival's prediction at t̂ = 0.3 times the paired margin (t quantile × 0.5% × √(1 + 1/20))
+    margin = math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05))
+    assert d.threshold / d.prediction.final_loss == pytest.approx(margin / 1.03, rel=3e-3)
+    # the setting's margin is a floor under the learned one
+    assert not judge_paired(t, y, [rival_other_tau(3.0, 1.0)]).prune
 
 
 def test_paired_uses_a_younger_rival_at_its_own_last_fraction():
@@ -241,10 +273,9 @@ def test_paired_uses_a_younger_rival_at_its_own_last_fraction():
     young = rival(None, 0.25, latest=Prediction(final_loss=3.0, low=2.7, high=3.3, fraction=0.25))
     d = judge_paired(t, y, [young])
     # the rival's curve is that of a 1.0 run: the comparison is made at t̂ = 0.25, where both curves exist
-    assert d.prune and "paired at t_hat=0.25" in d.reason
-    assert d.threshold == pytest.approx(
-        d.prediction.final_loss / 3.2 * math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05)), rel=2e-3
-    )
+    assert d.prune and "loss ratio at t_hat=0.25" in d.reason
+    young_no_prediction = rival(None, 0.25)  # a running rival competes through its curve alone
+    assert judge_paired(t, y, [young_no_prediction]).prune
 
 
 def test_paired_falls_back_to_the_interval_rule_without_a_curve_or_pair_bands():
@@ -257,12 +288,24 @@ def test_paired_falls_back_to_the_interval_rule_without_a_curve_or_pair_bands():
     assert d.threshold == pytest.approx(3.0 * d.prediction.final_loss / d.prediction.low)
     no_pairs = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1, error_bands=PAIRED.error_bands)
     t, y = distorted(3.09, 0.3)
-    d = judge_paired(t, y, [rival(3.0, 1.0)], surrogate=no_pairs)
-    assert not d.prune and "the surrogate has no pair_bands: compared unpaired" in d.reason
+    d = judge_paired(t, y, [rival_other_tau(3.0, 1.0)], surrogate=no_pairs)
+    assert not d.prune and "the surrogate has no pair_bands" in d.reason and "compared unpaired" in d.reason
+    d = decide(t, y, surrogate=None, schedule=SCHEDULE, tau=TAU, tpp=TPP,
+               competitors=[rival_other_tau(2.0, 1.0)], settings=PruneSettings())
+    assert not d.prune and "no competitor with equal controls" in d.reason
+
+
+def test_schedules_read_from_logged_lrs_count_as_equal():
+    t = np.linspace(0.0, 1.0, 97)
+    a = Schedule.from_data(t, np.asarray(SCHEDULE(t)) * 3e-3)
+    b = Schedule.from_data(t[::2], np.asarray(SCHEDULE(t[::2])) * 1e-2 * (1 + 1e-7))
+    assert same_schedule(a, b) and same_schedule(SCHEDULE, a)
+    assert not same_schedule(SCHEDULE, Schedule(kind="cosine", warmup=SCHEDULE.warmup))
+    assert not same_schedule(SCHEDULE, Schedule(warmup=0.1))
 
 
 def test_paired_keep_top_k_needs_k_rivals_that_beat_the_run():
     t, y = distorted(3.2, 0.3)
     rivals = [rival(3.0, 1.0), rival(3.5, 1.0)]
     assert not judge_paired(t, y, rivals, keep_top_k=2).prune  # only one rival is better
-    assert judge_paired(t, y, [*rivals, rival(3.1, 1.0)], keep_top_k=2).prune
+    assert judge_paired(t, y, [*rivals, rival(3.05, 1.0)], keep_top_k=2).prune

@@ -218,8 +218,8 @@ def test_per_trial_controls_from_the_config(tmp_path):
 
 
 def test_paired_comparison_reads_the_other_trials_curves_from_the_state(tmp_path):
-    # A wide single-run error model (10%) and a narrow paired one (0.5%): a 3% worse trial is stopped only
-    # because the scheduler hands the completed trial's curve to the paired comparison.
+    # A wide single-run error model (10%): a 6.7% worse trial is stopped only because the scheduler hands
+    # the completed trial's curve to the paired comparison (equal controls: their loss ratio).
     wide = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
                      error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.1, max_abs=0.3)],
                      pair_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.005, max_abs=0.015)])
@@ -229,8 +229,8 @@ def test_paired_comparison_reads_the_other_trials_curves_from_the_state(tmp_path
                               settings=PruneSettings(min_fraction=0.2, comparison=comparison))
         assert s.set_search_properties(None, None)
         assert run_trial(s, FakeTrial("a", {}), 3.0) is None
-        outcomes[comparison] = run_trial(s, FakeTrial("b", {}), 3.09)
+        outcomes[comparison] = run_trial(s, FakeTrial("b", {}), 3.2)
         if comparison == "paired":
             reason = s.records["b"].decision["prune_reason"]
-            assert "paired at t_hat=0.2" in reason and "pruned" in reason
+            assert "loss ratio at t_hat=0.2" in reason and "pruned" in reason
     assert outcomes["paired"] == pytest.approx(0.2) and outcomes["interval"] is None

@@ -70,13 +70,13 @@ class SizeTrend:
     ``xs`` are the reference sizes (ln N, ascending), ``rs`` the mean held-out residual of each size (every
     size is held out in some fold, the smallest and largest included), ``counts`` the runs behind each mean.
     The bias at a size x follows the rule ``k`` (see `extrapolate_bias`): −1 none (the raw prediction), 0 the
-    mean of ``rs``, 1 the nearest size's residual, k ≥ 2 the least-squares line through the k sizes nearest x
-    (k = n: through all). Calibration chooses ``k`` by how well each rule predicted the end sizes' residuals
-    from the other sizes, which tests extrapolation as interior folds never do. ``ext_error`` is the root mean
-    square of the chosen rule's misses there (log units, scaled to the mean ln-N distance ``step`` of the
-    tests); ``tests`` counts them. ``kind`` "trend" (3 or more sizes) corrects the point by the bias; "widen"
-    (2 sizes: nothing to test a rule on) keeps the raw point and only widens the interval, ``ext_error`` then
-    being the difference of the two sizes' residuals.
+    mean of ``rs``, 1 the nearest size's residual (interpolated inside), k ≥ 2 the least-squares line through
+    the k sizes nearest x (k = n: through all). Calibration chooses ``k`` by how well each rule predicted the
+    end sizes' residuals from the other sizes, which tests extrapolation as interior folds never do.
+    ``ext_error`` is the root mean square of the chosen rule's misses there (log units, scaled to the mean
+    ln-N distance ``step`` of the tests); ``tests`` counts them. ``kind`` "trend" (3 or more sizes) corrects
+    the point by the bias; "widen" (2 sizes: nothing to test a rule on) keeps the raw point and only widens
+    the interval, ``ext_error`` then being the difference of the two sizes' residuals.
 
     Interval of r at x: bias(x) ± t_{(1+confidence)/2, tests} · sqrt(scale² · (1 + 1/m) + (ext_error · d /
     step)²), with ``scale`` the pooled within-size spread of the run residuals (seeds), m the runs behind the
@@ -127,12 +127,17 @@ def extrapolate_bias(
     """The residual at x = ln N from per-size residuals ``rs`` at sizes ``xs`` by rule k (see `SizeTrend`).
 
     Returns (value, runs behind it). k = −1: 0 (no correction); k = 0: the mean of rs; k = 1: the nearest
-    size's; k ≥ 2: the least-squares line through the k sizes nearest x (ties towards smaller sizes), at x.
+    size's (outside the sizes; inside, linear interpolation between the two sizes around x); k ≥ 2: the
+    least-squares line through the k sizes nearest x (ties towards smaller sizes), at x.
     """
     if k < 0:
         return 0.0, int(np.sum(counts))
     if k == 0:
         return float(np.mean(rs)), int(np.sum(counts))
+    if k == 1 and xs[0] < x < xs[-1]:  # inside the sizes "nearest" interpolates between the two around x
+        j = int(np.searchsorted(xs, x))
+        w = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+        return float(rs[j - 1] + w * (rs[j] - rs[j - 1])), int(counts[j - 1] + counts[j])
     order = np.argsort(np.abs(xs - x), kind="stable")[: min(k, xs.size)]
     if order.size == 1:
         return float(rs[order[0]]), int(counts[order[0]])

@@ -559,6 +559,9 @@ def _size_trend(
         else:
             k, ext, step, kind = 0, max(abs(float(rs[1] - rs[0])), SCALE_FLOOR), float(xs[1] - xs[0]), "widen"
             tests = 1
+        if k <= 0:  # no size dependence modelled: the differences between sizes are spread, too
+            center = 0.0 if k < 0 else float(r.mean())
+            scale = float(np.sqrt(np.sum((r - center) ** 2) / max(r.size - 1, 1)))
         out.append(
             SizeTrend(
                 fraction=float(p), kind=kind, n=int(xs.size), k=k, xs=tuple(float(v) for v in xs),

@@ -213,15 +213,19 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     extrap = surrogate.extrapolation(params, tpp, tau)
     sized = surrogate.size_band(p, params, confidence) if params is not None else None
     if sized is not None:
-        # The size trend was learned from every reference size held out in turn (ends included), from at least
-        # 3 sizes, so its bias is checked against sizes it did not see; applying it is what corrects the
-        # extrapolation bias. With 2 sizes ("widen") the point stays the raw divisor as below.
+        # The size trend's rule was chosen by how well it predicted held-out end sizes from the others, with a
+        # margin over no correction, so its bias is checked against sizes it did not see. With 2 sizes
+        # ("widen") the point stays the raw divisor and only the interval widens.
         bias, half, kind = sized
         point = c * math.exp(bias) if kind == "trend" else c
         center = point if kind == "trend" else c * math.exp(bias)
-        return Prediction(final_loss=point, low=center * math.exp(-half), high=center * math.exp(half),
-                          fraction=p, reason=None, n_points=n, align_mae=mae,
-                          size_bias=bias if kind == "trend" else None, extrapolation=extrap)
+        low, high = center * math.exp(-half), center * math.exp(half)
+        if kind == "trend" and surrogate.outside_sizes(params) > 0:
+            # Beyond the reference sizes the correction is itself an extrapolation: the interval keeps the
+            # uncorrected prediction inside, so it holds whether or not the trend goes on.
+            low, high = min(low, c), max(high, c)
+        return Prediction(final_loss=point, low=low, high=high, fraction=p, reason=None, n_points=n,
+                          align_mae=mae, size_bias=bias if kind == "trend" else None, extrapolation=extrap)
     low, high = interval(c, surrogate.error_band(p), confidence)
     return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae,
                       extrapolation=extrap)

@@ -79,9 +79,10 @@ class SizeTrend:
     the interval, ``ext_error`` then being the difference of the two sizes' residuals.
 
     Interval of r at x: bias(x) ± t_{(1+confidence)/2, tests} · sqrt(scale² · (1 + 1/m) + (ext_error · d /
-    step)²), with ``scale`` the pooled within-size spread of the run residuals (seeds), m the runs behind the
-    bias and d the ln-N distance from x to the nearest reference size: it widens with the distance from the
-    reference sizes, outside their range above all.
+    step)²), with ``scale`` the pooled within-size spread of the run residuals (seeds; for k ≤ 0, which model
+    no size dependence, the spread of all run residuals about the bias), m the runs behind the bias and d the
+    ln-N distance from x to the nearest reference size: it widens with the distance from the reference sizes,
+    outside their range above all.
     """
 
     fraction: float
@@ -288,6 +289,14 @@ class Surrogate:
         w = (fraction - lo.fraction) / (hi.fraction - lo.fraction)
         (b0, h0), (b1, h1) = lo.band(x, confidence), hi.band(x, confidence)
         return b0 + w * (b1 - b0), h0 + w * (h1 - h0), hi.kind
+
+    def outside_sizes(self, params: float | None) -> float:
+        """How far ``params`` lies outside the size trend's reference sizes, in ln N (0 inside or unknown)."""
+        if not self.size_trend or params is None or not math.isfinite(params) or params <= 0:
+            return 0.0
+        x = math.log(params)
+        t = self.size_trend[0]
+        return max(0.0, t.lo - x, x - t.hi)
 
     def extrapolation(self, params: float | None, tpp: float | None, tau: float | None) -> str | None:
         """A one-line note when a run's controls lie outside the reference ranges, else None.

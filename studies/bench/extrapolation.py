@@ -81,6 +81,8 @@ def predict_runs(surrogate, runs: list[Run], use_size: bool) -> list[dict]:
             row[f"naive{p}"] = abs(y[keep][-1] / final - 1) if keep.any() else math.nan
             row[f"in{p}"] = (pred.low <= final <= pred.high) if pred.ok and pred.low is not None else math.nan
             row[f"extrap{p}"] = pred.extrapolation
+            has = pred.ok and pred.low is not None
+            row[f"width{p}"] = 0.5 * (pred.high - pred.low) / pred.final_loss if has else math.nan
         rows.append(row)
     return rows
 
@@ -122,6 +124,7 @@ def summarize(res: dict) -> dict:
             out[f"{way}{p}"] = _nanmean(abs(r[f"err{p}"]) for r in rows)
             out[f"{way}_signed{p}"] = _nanmean(r[f"err{p}"] for r in rows)
             out[f"{way}_cov{p}"] = _nanmean(r[f"in{p}"] for r in rows)
+            out[f"{way}_width{p}"] = _nanmean(r[f"width{p}"] for r in rows)
         out[f"naive{p}"] = _nanmean(r[f"naive{p}"] for r in res["plain"])
     return out
 
@@ -208,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = m["trend0.2"] <= min(0.5 * m["naive0.2"], TARGETS[f])
             line += f" (target <= {100 * TARGETS[f]:g}%: {'met' if ok else 'MISSED'})"
         line += f"; coverage {m['trend_cov0.2']:.2f} ({'met' if m['trend_cov0.2'] >= 0.8 else 'MISSED'})"
+        line += f", half-width {_pct(m['trend_width0.2'])}% (plain {_pct(m['plain_width0.2'])}%)"
         line += f"; predict says: {extrap}"
         print(line)
     if any(end == "interior" for _, end, _, _ in all_rows):

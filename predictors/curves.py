@@ -3,7 +3,9 @@
 A curve file has one row per logged point with the columns ``run``, ``t_hat`` (fraction of training tokens),
 ``loss`` (empty where only the LR is known), ``lr`` (LR at that point; a run's schedule is lr/max(lr) over its
 rows), ``tau`` (AdamW timescale, a per-run constant; empty means no weight decay) and ``tpp`` (tokens per
-parameter, a per-run constant). Extra columns are ignored. Rows are numbered as lines of the file (the
+parameter, a per-run constant). An optional column ``params`` (the model's non-embedding parameter count N, a
+per-run constant; empty when unknown) lets calibration learn how its error moves with model size. Other extra
+columns are ignored. Rows are numbered as lines of the file (the
 header is line 1). Every problem raises InputError naming the file, the line and the column.
 """
 
@@ -39,6 +41,7 @@ class Curve:
         tau: AdamW timescale B/(ηλD); None when the run has no weight decay.
         tpp: tokens per parameter D/N.
         meta: free-form extras (e.g. synthetic ground truth); not written to CSV.
+        params: non-embedding parameter count N of the model, or None when unknown.
     """
 
     run: str
@@ -49,6 +52,7 @@ class Curve:
     tau: float | None = None
     tpp: float = 20.0
     meta: dict[str, Any] = field(default_factory=dict)
+    params: float | None = None
 
     def __post_init__(self) -> None:
         self.t_hat = np.asarray(self.t_hat, dtype=float)
@@ -59,6 +63,8 @@ class Curve:
             raise InputError(f"curve {self.run!r}: t_hat and loss must be 1-D arrays of the same length")
         if self.lr is not None and self.lr.shape != self.t_hat.shape:
             raise InputError(f"curve {self.run!r}: lr must have the same length as t_hat")
+        if self.params is not None and not (math.isfinite(self.params) and self.params > 0):
+            raise InputError(f"curve {self.run!r}: params must be a positive number, got {self.params!r}")
 
     @property
     def observed(self) -> np.ndarray:
@@ -95,6 +101,7 @@ class Curve:
             tau=self.tau,
             tpp=self.tpp,
             meta=dict(self.meta),
+            params=self.params,
         )
 
 
@@ -136,6 +143,7 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                 )
             col = {c: names.index(c) for c in REQUIRED_COLUMNS}
             width = max(col.values()) + 1
+            pcol = names.index("params") if "params" in names else None
             for line_no, row in enumerate(reader, start=2):
                 if not row or all(not c.strip() for c in row):
                     continue
@@ -168,10 +176,20 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                 assert tpp is not None
                 if not math.isfinite(tpp) or tpp <= 0.0:
                     raise InputError(f"{where}: column 'tpp' is {tpp}; it must be a positive number")
+                params = None
+                if pcol is not None and pcol < len(row):
+                    params = _parse_float(row[pcol], where, "params", allow_empty=True)
+                    if params is not None and (not math.isfinite(params) or params <= 0.0):
+                        raise InputError(f"{where}: column 'params' is {params}; give the model's parameter "
+                                         "count N (a positive number), or leave it empty")
                 r = rows.get(run)
                 if r is None:
-                    r = rows[run] = {"t": [], "loss": [], "lr": [], "tau": tau, "tpp": tpp, "line": line_no}
+                    r = rows[run] = {"t": [], "loss": [], "lr": [], "tau": tau, "tpp": tpp, "line": line_no,
+                                     "params": params}
                 else:
+                    if r["params"] != params:
+                        raise InputError(f"{where}: column 'params' changes within run {run!r} "
+                                         f"(line {r['line']} has {r['params']}); it is a per-run constant")
                     if r["tau"] != tau:
                         raise InputError(f"{where}: column 'tau' changes within run {run!r} "
                                          f"(line {r['line']} has {r['tau']}); it is a per-run constant")
@@ -200,7 +218,7 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                              "give the LR at its points (its schedule is lr/max(lr))")
         curves.append(
             Curve(run=run, t_hat=t, loss=loss, lr=lr, schedule=Schedule.from_data(t, lr), tau=r["tau"],
-                  tpp=float(r["tpp"]))
+                  tpp=float(r["tpp"]), params=r["params"])
         )
     return curves
 
@@ -214,18 +232,21 @@ def _fmt(x: float | None) -> str:
 def write_curves_csv(path: str | os.PathLike[str], curves: list[Curve]) -> None:
     """Write curves in the CSV format above, atomically (temp file + os.replace).
 
-    A curve without an ``lr`` array gets its schedule's η(t̂) (peak 1) in the lr column.
+    A curve without an ``lr`` array gets its schedule's η(t̂) (peak 1) in the lr column. The optional
+    ``params`` column is written when any curve has a parameter count.
     """
     p = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(REQUIRED_COLUMNS)
+            sizes = any(c.params is not None for c in curves)
+            w.writerow(REQUIRED_COLUMNS + (("params",) if sizes else ()))
             for c in curves:
                 lr = c.lr if c.lr is not None else np.asarray(c.schedule(c.t_hat), dtype=float)
+                extra = [_fmt(c.params)] if sizes else []
                 for t, loss, l_r in zip(c.t_hat, c.loss, lr):
-                    w.writerow([c.run, _fmt(t), _fmt(loss), _fmt(l_r), _fmt(c.tau), _fmt(c.tpp)])
+                    w.writerow([c.run, _fmt(t), _fmt(loss), _fmt(l_r), _fmt(c.tau), _fmt(c.tpp), *extra])
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

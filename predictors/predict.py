@@ -8,8 +8,12 @@ that maps the observed window onto the surrogate's ℓ̂. Three alignment losses
 - ``log``: minimize Σ (log L_i − log c − log ℓ̂_i)²  →  log c = mean(log L_i − log ℓ̂_i).
 
 Each point is weighted by its share of t̂ (trapezoid weights), so the result does not depend on the logging
-density. The interval comes from the surrogate's learned error model at that fraction. `predict_final_loss`
-never raises on a curve: when no prediction can be made it returns a Prediction whose ``reason`` says why.
+density. The interval comes from the surrogate's learned error model at that fraction. When the run's model
+size N (``params``) is given and the surrogate learned a size trend, the prediction is corrected by the bias
+the trend gives at ln N, and the interval is the trend's (wider the farther N lies from the reference sizes);
+a prediction whose N, TPP or τ lies outside the reference ranges says so in ``extrapolation``.
+`predict_final_loss` never raises on a curve: when no prediction can be made it returns a Prediction whose
+``reason`` says why.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class Prediction:
         reason: why no prediction was made (None when ``final_loss`` is set).
         n_points: points in the alignment window.
         align_mae: mean |L_i/c − ℓ̂_i| over the window (how well the partial curve matches the surrogate).
+        size_bias: the log correction from the size trend applied to the alignment divisor (final_loss =
+            divisor · exp(size_bias)); None when none was applied (no ``params`` or no size trend).
+        extrapolation: a note when the run's params, TPP or τ lie outside the surrogate's reference ranges.
     """
 
     final_loss: float | None
@@ -46,6 +53,8 @@ class Prediction:
     reason: str | None = None
     n_points: int = 0
     align_mae: float | None = None
+    size_bias: float | None = None
+    extrapolation: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -130,23 +139,26 @@ def predict_final_loss(
     tpp: float,
     min_fraction: float = 0.1,
     confidence: float = 0.9,
+    params: float | None = None,
 ) -> Prediction:
     """Predict the final loss of a run from its partial curve (t̂ = tokens seen / total tokens, loss).
 
     Points may come in any order (repeats allowed). The prediction uses the points with t̂ in
-    [surrogate.align_start · p, p], p the last t̂. Returns a Prediction with a ``reason`` instead of raising
+    [surrogate.align_start · p, p], p the last t̂. ``params`` (the model's non-embedding parameter count N,
+    optional) lets the surrogate's size trend correct the point and set the interval. Returns a Prediction
+    with a ``reason`` instead of raising
     when:
     the inputs are not 1-D arrays of equal length, a value is NaN/inf, a loss is ≤ 0, a t̂ lies outside
     [0, 1], p < ``min_fraction``, fewer than 3 points are in the window, or the surrogate cannot serve these
     controls (e.g. a τ law calibrated with weight decay and a run without).
     """
     try:
-        return _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+        return _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params)
     except Exception as err:  # a curve must never crash a sweep: report the failure as a reason
         return _fail(f"prediction failed: {type(err).__name__}: {err}")
 
 
-def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence) -> Prediction:
+def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:
     try:
         t = np.asarray(t_hat, dtype=float)
         y = np.asarray(loss, dtype=float)
@@ -198,5 +210,22 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by
     # the bias was tried and rejected: an error model learned from very few groups (e.g. 2 sizes of mpl) can
     # have a bias of e^17, which leaves the interval merely uninformative but the point absurd.
+    extrap = surrogate.extrapolation(params, tpp, tau)
+    sized = surrogate.size_band(p, params, confidence) if params is not None else None
+    if sized is not None:
+        # The size trend's rule was chosen by how well it predicted held-out end sizes from the others, with a
+        # margin over no correction, so its bias is checked against sizes it did not see. With 2 sizes
+        # ("widen") the point stays the raw divisor and only the interval widens.
+        bias, half, kind = sized
+        point = c * math.exp(bias) if kind == "trend" else c
+        center = point if kind == "trend" else c * math.exp(bias)
+        low, high = center * math.exp(-half), center * math.exp(half)
+        if kind == "trend" and surrogate.outside_sizes(params) > 0:
+            # Beyond the reference sizes the correction is itself an extrapolation: the interval keeps the
+            # uncorrected prediction inside, so it holds whether or not the trend goes on.
+            low, high = min(low, c), max(high, c)
+        return Prediction(final_loss=point, low=low, high=high, fraction=p, reason=None, n_points=n,
+                          align_mae=mae, size_bias=bias if kind == "trend" else None, extrapolation=extrap)
     low, high = interval(c, surrogate.error_band(p), confidence)
-    return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae)
+    return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae,
+                      extrapolation=extrap)

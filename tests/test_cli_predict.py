@@ -99,3 +99,31 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(files, capsys, argv, ex
     assert code == 2
     assert expect in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in d.iterdir()) == before
+
+
+def test_sizes_in_the_csv_give_a_size_trend_and_predict_says_when_it_extrapolates(tmp_path, capsys):
+    from dataclasses import replace
+
+    ref = []
+    for k, n in enumerate((1e6, 2e6, 4e6, 8e6)):
+        truth = Surrogate(b_c=0.5 * (n / 4e6) ** 0.05, b_e=0.0, q_c=1.0, q_e=0.0, tau_law="constant",
+                          tpp_law="constant")
+        ref += [replace(c, run=f"n{k}_{c.run}", params=n)
+                for c in synthetic_curves(truth, taus=(None,), tpps=(20.0,), noise=0.0005, seed=k, seeds=2)]
+    write_curves_csv(tmp_path / "ref.csv", ref)
+    big = [replace(c, run="big", params=64e6) for c in ref[:1]]
+    write_curves_csv(tmp_path / "big.csv", big)
+    code = main(["calibrate", str(tmp_path / "ref.csv"), "-o", str(tmp_path / "s.json"), "--free-m", "no"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "size error at p=0.2" in out
+    s = Surrogate.load(tmp_path / "s.json")
+    assert s.reference["params"] == [1e6, 8e6] and s.size_trend
+    assert main(["predict", str(tmp_path / "big.csv"), "--surrogate", str(tmp_path / "s.json"),
+                 "--fraction", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "extrapolates: big: params 6.4e+07 is x8 above the reference range 1e+06-8e+06" in out
+    assert main(["predict", str(tmp_path / "big.csv"), "--surrogate", str(tmp_path / "s.json"),
+                 "--fraction", "0.2", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["params"] == 64e6 and row["size_correction"] is not None and "x8 above" in row["extrapolation"]

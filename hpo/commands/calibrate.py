@@ -12,7 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "curves",
         metavar="CURVES.csv",
-        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp (one row per logged point)",
+        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp, optional params (model parameter count N: "
+        "calibration then learns how its error moves with size); one row per logged point",
     )
     parser.add_argument(
         "-o",

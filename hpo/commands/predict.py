@@ -12,7 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "curves",
         metavar="CURVES.csv",
-        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp (one row per logged point)",
+        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp, optional params (the model's parameter "
+        "count N; with it the surrogate's size trend corrects the prediction); one row per logged point",
     )
     parser.add_argument(
         "--surrogate",
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             tpp=c.tpp,
             min_fraction=min_fraction,
             confidence=args.confidence,
+            params=c.params,
         )
         row: dict = {
             "run": c.run,
@@ -82,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
             "low": pred.low,
             "high": pred.high,
             "reason": pred.reason,
+            "params": c.params,
+            "size_correction": pred.size_bias,
+            "extrapolation": pred.extrapolation,
         }
         if c.complete:
             actual = c.final_loss
@@ -99,18 +104,26 @@ def run(args: argparse.Namespace) -> int:
     width = max(12, *(len(r["run"]) for r in results))
     print(
         f"{'run':<{width}} {'t_hat':>6} {'predicted':>10} {'low':>10} {'high':>10} {'actual':>10} "
-        f"{'error':>8}"
+        f"{'error':>8} {'extrap':>6}"
     )
     for r in results:
         err = r.get("error")
         line = (
             f"{r['run']:<{width}} {f(r['fraction'], '.3f'):>6} {f(r['predicted_final_loss']):>10} "
             f"{f(r['low']):>10} {f(r['high']):>10} {f(r.get('actual_final_loss')):>10} "
-            f"{'-' if err is None else format(100 * err, '+.2f') + '%':>8}"
+            f"{'-' if err is None else format(100 * err, '+.2f') + '%':>8} "
+            f"{'yes' if r['extrapolation'] else '-':>6}"
         )
         if r["reason"]:
             line += f"  ({r['reason']})"
         print(line)
+    for r in results:
+        if r["extrapolation"]:
+            print(f"extrapolates: {r['run']}: {r['extrapolation']}")
+    if surrogate.size_trend and any(r["params"] is None for r in results):
+        print("note: runs without a value in column params get no size correction (the surrogate has one)")
+    elif not surrogate.size_trend and any(r["params"] is not None for r in results):
+        print("note: the surrogate has no size trend (its reference had no sizes, or one): not corrected")
     n_ok = sum(r["predicted_final_loss"] is not None for r in results)
     print(
         f"{n_ok} of {len(results)} runs predicted from t_hat <= {args.fraction:g} "

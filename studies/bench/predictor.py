@@ -80,6 +80,7 @@ def load_qiu(root: Path, task: str) -> list[Run]:
             schedule=Schedule.from_data(np.clip(t, 0, 1), lr),
             tau=None,
             tpp=float(r.tpp_final),
+            params=float(r.P),
         )
         out.append(Run(curve=c, size=str(r.D), seed=int(r.seed), schedule="linear"))
     return out
@@ -108,6 +109,7 @@ def load_mpl(root: Path) -> list[Run]:
             schedule=Schedule.from_data(ts, lrs),
             tau=None,
             tpp=total * MPL_BATCH_TOKENS / sizes[size],
+            params=sizes[size],
         )
         out.append(Run(curve=c, size=size, seed=0, schedule=sched))
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import numpy as np
 import optuna
 import pytest
 
-from collapse_hpo.hpo.decision import PruneSettings, decide
+from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
 from collapse_hpo.hpo.pruner import DECISIONS_ATTR, CollapsePruner, set_trial_controls, trial_decisions
 from collapse_hpo.hpo.reference import TrialControls, fit_surrogate, reference_curves, trial_points
 from collapse_hpo.predictors.schedules import Schedule
@@ -148,6 +149,7 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
                 bound = e["predicted_high"] if e["predicted_high"] is not None else e["predicted_final_loss"]
                 logged_high[t.number].add(bound)
     counts = {"decisions": 0, "prunes": 0}
+    by_number = {t.number: t for t in trials}
     for t in trials:
         steps, values = trial_points(t)
         log = trial_decisions(t)
@@ -167,12 +169,9 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
             used = steps <= e["step"]
             assert int(used.sum()) == e["n"], f"trial {t.number} step {e['step']}: stored curve differs"
             label = e["reference"]
-            if label is None:  # online reference not ready yet: kept, no prediction
-                assert not e["prune"] and e["predicted_final_loss"] is None
-                assert e["reason"].startswith("no reference yet (online calibration:")
-                counts["decisions"] += 1
-                continue
-            if label == "file:surrogate.json":
+            if label is None or label.startswith("online calibration"):
+                surrogate = None  # online reference not ready yet: no prediction, equal controls only
+            elif label == "file:surrogate.json":
                 surrogate = file_surrogate
             else:
                 assert label.startswith("online:")
@@ -183,12 +182,29 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
                     assert got == numbers
                     fits[label] = fit_surrogate(curves)
                 surrogate = fits[label]
-            competitors = [] if e["threshold"] is None else [e["threshold"]] * SETTINGS.keep_top_k
+            paired_at = re.search(r"loss ratio at t_hat=([0-9.e-]+)", e["reason"])
+            if paired_at:
+                # The bar came from the source trial's curve up to the common fraction named in the reason
+                # (equal controls): rebuild that competitor from the stored curve and decide again.
+                src = e["threshold_trial"]
+                assert src not in (None, t.number)
+                s_steps, s_values = trial_points(by_number[src])
+                upto = s_steps <= float(paired_at.group(1)) * TOTAL * (1 + 1e-3) + 1
+                rival = Competitor.from_reports(s_steps[upto] / TOTAL, s_values[upto], schedule=SCHEDULE,
+                                                tau=TAU, tpp=TPP)
+                competitors: list = [rival] * SETTINGS.keep_top_k
+            else:
+                competitors = [] if e["threshold"] is None else [e["threshold"]] * SETTINGS.keep_top_k
             d = decide(steps[used] / TOTAL, values[used], surrogate=surrogate, schedule=SCHEDULE, tau=TAU,
                        tpp=TPP, competitors=competitors, settings=SETTINGS)
-            assert d.prediction.final_loss == pytest.approx(e["predicted_final_loss"], rel=1e-9)
+            if surrogate is not None:
+                assert d.prediction.final_loss == pytest.approx(e["predicted_final_loss"], rel=1e-9)
+            else:
+                assert e["predicted_final_loss"] is None
             assert d.prune == e["prune"], f"trial {t.number} step {e['step']}: verdict not reproducible"
-            if e["threshold"] is not None:
+            if paired_at:
+                assert d.threshold == pytest.approx(e["threshold"], rel=1e-6)
+            elif e["threshold"] is not None:
                 # The threshold is a value its source trial really had: its final loss or a logged bound.
                 src = e["threshold_trial"]
                 assert src != t.number
@@ -234,8 +250,11 @@ def test_workers_share_one_study(storage_url, surrogate_file, workers, per_worke
     counts = check_consistent(study, surrogate_path)
     assert counts["prunes"] >= 1 and counts["decisions"] >= 10
     if reference == "online":
-        first = sorted(trials, key=lambda t: t.datetime_complete)[:3]
-        assert all(t.state == COMPLETE for t in first)
+        # Every online fit is of completed trials (pruning by loss ratio may start before the first fit).
+        fitted = {int(n) for t in trials for e in trial_decisions(t)
+                  if (e["reference"] or "").startswith("online:")
+                  for n in e["reference"][len("online:"):].split(",")}
+        assert fitted and all(trials[n].state == COMPLETE for n in fitted)
     print(f"{workers} workers, {url.split(':')[0]}: {len(trials)} trials, {counts} in {elapsed:.1f} s")
 
 

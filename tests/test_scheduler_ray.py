@@ -85,7 +85,8 @@ def make_scheduler(storage: str | None, study: str | None):
 
     return CollapseScheduler(
         reference=SURROGATE, metric="loss", time_attr="t_hat", schedule=SCHEDULE, tau=TAU, tpp=TPP,
-        settings=PruneSettings(min_fraction=0.2, confidence=0.9, keep_top_k=1),
+        # a 2% margin: the closest worse trial (lr 0.02) ends 2.4% above the best
+        settings=PruneSettings(min_fraction=0.2, confidence=0.9, keep_top_k=1, margin=0.02),
         storage=storage, study_name=study,
     )
 
@@ -164,7 +165,8 @@ def test_scheduler_stops_bad_trials_and_keeps_the_best(reference_run):
     assert res[best]["status"] == "complete"
     assert res[best]["final_loss"] == pytest.approx(true_final_loss(best), rel=0.01)
     pruned = [lr for lr in LRS if res[lr]["status"] == "pruned"]
-    # Every trial after the best one is clearly worse (final loss ≥ 3.09 vs 3.0): all are stopped early.
+    # Every trial after the best one is worse by more than the 2% margin (final loss ≥ 3.07 vs 3.0): all are
+    # stopped early.
     assert set(pruned) == {lr for lr in LRS[2:]}
     for lr in pruned:
         assert 0.2 <= res[lr]["prune_t_hat"] < 0.9, (lr, res[lr])

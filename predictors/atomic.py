@@ -37,8 +37,9 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def describe_os_error(path: str | os.PathLike[str], err: OSError) -> str:
-    """One line saying why ``path`` cannot be written and what to do (disk full, read-only, permission...)."""
+def describe_os_error(path: str | os.PathLike[str], err: OSError, verb: str = "write") -> str:
+    """One line saying why ``path`` cannot be written (``verb``) and what to do (disk full, read-only,
+    permission, a folder, missing)."""
     code = err.errno
     if code == errno.ENOSPC or code == errno.EDQUOT:
         why = "the disk is full; free space and run again (the previous file, if any, is kept)"
@@ -49,10 +50,10 @@ def describe_os_error(path: str | os.PathLike[str], err: OSError) -> str:
     elif code == errno.EISDIR:
         why = "it is a folder; give a file name"
     elif code == errno.ENOENT:
-        why = "its folder does not exist; create it first"
+        why = "it or its folder does not exist" + ("; create the folder first" if verb == "write" else "")
     else:
         why = f"{err.strerror or type(err).__name__}; choose another path"
-    return f"{path}: cannot write ({why})"
+    return f"{path}: cannot {verb} ({why})"
 
 
 def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> Path:

@@ -121,7 +121,8 @@ def test_cuda_device_on_a_machine_without_cuda(tmp_path: Path, capsys: Any) -> N
 def test_sqlite_path_that_is_a_folder_or_another_file(tmp_path: Path, capsys: Any) -> None:
     folder = tmp_path / "db"
     folder.mkdir()
-    _refused(tmp_path, _doc(tmp_path, storage=f"sqlite:///{folder}"), "field 'storage'", "is a folder", capsys)
+    _refused(tmp_path, _doc(tmp_path, storage=f"sqlite:///{folder}"), "field 'storage'", "is a folder",
+             capsys)
     _refused(tmp_path, _doc(tmp_path, storage="sqlite:////etc/passwd"), "field 'storage'",
              "not a SQLite database", capsys)
 

@@ -84,7 +84,7 @@ def load_checkpoint(config: TrainConfig) -> dict[str, Any] | None:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:  # needs a global outside the allow-list: never run it
         text = str(err)
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", text)
         first = f"global {found.group(1)}" if found else (text.strip().splitlines() or [""])[0][:160]
         raise InputError(
             f"{path}: refused: the file asks to load objects other than tensors and plain values ({first}); "

@@ -300,17 +300,34 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
 
 
 # ---------------------------------------------------------------------------------------------- searcher
-def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress,
-                  max_concurrent: int, error_dir: Path) -> Any:
-    """A `StudySearcher` (defined lazily: Ray is imported only when a sweep runs)."""
+# The driver's open studies, by key: a searcher reaches its study through `_driver_study` (pickled by
+# reference), never through its closure or globals, because Ray Tune pickles the searcher (by value: it is a
+# local class) into tuner.pkl, and the study's storage holds the URL with its password.
+_DRIVER_STUDIES: dict[int, optuna.Study] = {}
+
+
+def _driver_study(key: int) -> optuna.Study:
+    """The open study registered under ``key`` by `make_searcher`."""
+    return _DRIVER_STUDIES[key]
+
+
+def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: SweepLocation,
+                  progress: Progress, max_concurrent: int, error_dir: Path) -> Any:
+    """A `StudySearcher` (defined lazily: Ray is imported only when a sweep runs).
+
+    What the searcher holds is written to disk by Ray Tune (tuner.pkl): only the password-free sweep
+    (`shippable_sweep`) and storage URL, and a key to the open study (`_DRIVER_STUDIES`)."""
     import optuna
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
     from collapse_hpo.hpo.trial import trial_config
 
-    shipped = shippable_sweep(sweep)
-    shipped_url = hide_url(loc.storage_url)
+    # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
+    sweep = shippable_sweep(sweep_file)
+    loc = SweepLocation(location.results, hide_url(location.storage_url), location.study_name, location.prune)
+    study_key = id(study_obj)
+    _DRIVER_STUDIES[study_key] = study_obj
 
     class StudySearcher(Searcher):
         """A Ray Tune searcher that asks the Optuna study in the driver and reports back to it."""
@@ -334,6 +351,7 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
                 return None if self.live else Searcher.FINISHED
             if len(self.live) >= max_concurrent:
                 return None
+            study = _driver_study(study_key)
             trials = study.get_trials(deepcopy=False)
             waiting = any(t.state == TS.WAITING for t in trials)
             new_draw = not waiting and not sweep.planned and self._draws(trials) < sweep.n_draws
@@ -357,7 +375,7 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
             note += f", attempt {attrs['attempt']})" if attrs.get("attempt") else ")"
             progress.started(trial.number, dict(trial.params), note if len(sweep.seeds) > 1 or
                              attrs.get("attempt") else "")
-            return trial_config(shipped, shipped_url, loc.study_name, trial.number, loc.prune, loc.results)
+            return trial_config(sweep, loc.storage_url, loc.study_name, trial.number, loc.prune, loc.results)
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             number = self.live.get(trial_id)
@@ -368,6 +386,7 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
             number = self.live.pop(trial_id, None)
             if number is None:
                 return
+            study = _driver_study(study_key)
             tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
             frozen = study._storage.get_trial(tid)
             if frozen.state == TS.RUNNING:
@@ -398,7 +417,7 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
                 useful = [ln for ln in lines if not ln.startswith(("Failure #", "Traceback", "File "))]
                 if useful:
                     text += f": {useful[-1][:300]}"
-            s = study._storage
+            s = _driver_study(study_key)._storage
             try:
                 s.set_trial_user_attr(tid, "error", text)
                 s.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
@@ -493,6 +512,8 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
 
     from collapse_hpo.hpo.trial import trial_function
 
+    shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
+    hide_url(loc.storage_url)
     _init_ray(sweep)
     searcher = None
     try:
@@ -517,6 +538,7 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
         tuner.fit()
     finally:
         ray.shutdown()
+        _DRIVER_STUDIES.pop(id(study), None)
     # Tune returns early when it is interrupted (Ctrl-C): its trials were stopped with the cluster, so the
     # ones still RUNNING in the study are marked interrupted now (resume reruns them without waiting for
     # their heartbeats to go stale).

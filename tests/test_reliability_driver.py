@@ -173,7 +173,8 @@ def test_a_common_error_stops_the_sweep_and_no_password_is_written(tmp_path: Pat
         assert "failed with the same error" in err[0] and "no tokens" in err[0], err[0]
         study = optuna.load_study(study_name=name, storage=POSTGRES)
         states = sorted(t.state.name for t in study.get_trials())
-        assert states.count("FAIL") == 2 and "COMPLETE" not in states
+        # Stopped after the first two: the trial already started with them ends too, the rest never start.
+        assert 2 <= states.count("FAIL") <= 3 and "WAITING" in states and "COMPLETE" not in states
         assert secret not in repr(study.user_attrs[SWEEP_ATTR])
         for where in (tmp_path / "results", Path("/tmp/ray/session_latest")):
             for f in where.rglob("*") if where.exists() else []:

@@ -30,9 +30,9 @@ from collapse_hpo.predictors.errors import InputError
 TABLE = "collapse_hpo_leases"
 
 
-def _retry(fn: Callable[[], Any], tries: int = 6) -> Any:
+def retry_races(fn: Callable[[], Any], tries: int = 6) -> Any:
     """Run ``fn``, again after a short pause when the database reports a race (a table or row created by
-    another driver at the same moment)."""
+    another driver at the same moment: Optuna's tables on a fresh storage, this module's lease table)."""
     import sqlalchemy.exc
 
     for attempt in range(tries):
@@ -97,7 +97,7 @@ class SweepLease:
                         "holder VARCHAR(512) NOT NULL, token VARCHAR(64) NOT NULL, "
                         "acquired DOUBLE PRECISION NOT NULL, heartbeat DOUBLE PRECISION NOT NULL)"))
 
-        _retry(create)
+        retry_races(create)
 
     def _row(self) -> tuple[str, str, float, float] | None:
         import sqlalchemy
@@ -152,9 +152,9 @@ class SweepLease:
         deadline = time.monotonic() + self.expiry + 2 * self.interval
         announced = False
         while True:
-            if _retry(self._insert):
+            if retry_races(self._insert):
                 break
-            row = _retry(self._row)
+            row = retry_races(self._row)
             if row is None:
                 continue  # released between our insert and our read: try again
             holder, token, acquired, beat = row
@@ -162,7 +162,7 @@ class SweepLease:
             dead_here = host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
             lapsed = time.time() - beat > self.expiry
             if dead_here or lapsed:
-                if _retry(lambda t=token, b=beat: self._take_over(t, b)):
+                if retry_races(lambda t=token, b=beat: self._take_over(t, b)):
                     break
                 continue
             local = host == socket.gethostname()

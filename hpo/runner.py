@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.config import SweepConfig
-from collapse_hpo.hpo.lease import SweepLease
+from collapse_hpo.hpo.lease import SweepLease, retry_races
 from collapse_hpo.hpo.preflight import preflight, slots
 from collapse_hpo.hpo.progress import Progress, human_tokens
 from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url
@@ -161,7 +161,7 @@ def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
 
     from collapse_hpo.hpo.trial import open_storage
 
-    storage = open_storage(loc.storage_url, sweep)
+    storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.create_study(study_name=loc.study_name, storage=storage, direction="minimize",
                                     sampler=make_sampler(sweep), load_if_exists=False)
@@ -185,7 +185,7 @@ def open_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
 
     from collapse_hpo.hpo.trial import open_storage
 
-    storage = open_storage(loc.storage_url, sweep)
+    storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.load_study(study_name=loc.study_name, storage=storage, sampler=make_sampler(sweep))
     except KeyError:

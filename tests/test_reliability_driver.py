@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +40,21 @@ POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 def _storage(kind: str, tmp: Path) -> str:
     return f"sqlite:///{tmp}/shared.db" if kind == "sqlite" else POSTGRES
+
+
+@contextlib.contextmanager
+def _fresh_database() -> Any:
+    """A new, empty PostgreSQL database (dropped afterwards): a fresh storage with no Optuna table."""
+    name = f"rel_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    try:
+        yield POSTGRES.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
 
 
 def _cleanup(url: str, name: str) -> None:
@@ -115,7 +131,12 @@ def test_a_lapsed_lease_is_taken_over(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_two_runs_at_once_on_a_fresh_storage(kind: str, tmp_path: Path) -> None:
     name = f"twin-{uuid.uuid4().hex[:8]}"
-    url = _storage(kind, tmp_path)
+    with contextlib.ExitStack() as stack:
+        url = _storage(kind, tmp_path) if kind == "sqlite" else stack.enter_context(_fresh_database())
+        _two_runs(tmp_path, name, url)
+
+
+def _two_runs(tmp_path: Path, name: str, url: str) -> None:
     path = tiny_sweep(tmp_path, name, trials=1, storage=url, tpp=5, executor={"num_cpus": 1})
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-c", "import sys; from collapse_hpo.hpo.cli import main; sys.exit(main())",
@@ -133,6 +154,36 @@ def test_two_runs_at_once_on_a_fresh_storage(kind: str, tmp_path: Path) -> None:
         assert len(lines) == 1 and ("already run by driver" in lines[0] or "already exists" in lines[0])
     finally:
         _cleanup(url, name)
+
+
+def test_drivers_of_different_sweeps_start_at_once_on_a_fresh_database(tmp_path: Path) -> None:
+    """Four drivers create their studies at the same moment on an empty PostgreSQL database: Optuna's
+    tables are created once, by one of them; the others retry instead of crashing (UniqueViolation)."""
+    with _fresh_database() as url:
+        sweeps = []
+        for i in range(4):
+            sweep = load_sweep(tiny_sweep(tmp_path, f"fresh{i}", trials=1, storage=url))
+            loc = locate(sweep)
+            loc.results.mkdir(parents=True)
+            sweeps.append((sweep, loc))
+        barrier = threading.Barrier(len(sweeps))
+        errors: list[BaseException] = []
+
+        def start(sweep: Any, loc: Any) -> None:
+            barrier.wait()
+            try:
+                create_study(sweep, loc)
+            except BaseException as err:  # recorded: the test shows it
+                errors.append(err)
+
+        threads = [threading.Thread(target=start, args=s) for s in sweeps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        names = {s.study_name for s in optuna.get_all_study_summaries(storage=url)}
+        assert names == {f"fresh{i}" for i in range(4)}
 
 
 def test_a_sweep_whose_every_trial_failed_does_not_exit_0(tmp_path: Path, capsys: Any) -> None:

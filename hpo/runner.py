@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -337,6 +338,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
             self.dists = {k: d.to_optuna() for k, d in sweep.space.items()}
             self.live: dict[str, int] = {}
             self.first_finished: list[optuna.trial.FrozenTrial] = []
+            self.pids: dict[int, int] = {}  # trial number -> process id of its worker (from its results)
             self.fatal: str | None = None
 
         def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
@@ -379,6 +381,8 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             number = self.live.get(trial_id)
+            if number is not None and isinstance(result.get("pid"), int):
+                self.pids[number] = int(result["pid"])
             if number is not None and "tokens" in result:
                 progress.result(number, float(result["tokens"]))
 
@@ -502,10 +506,36 @@ def common_error(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> st
                      f"hit: {errors[0].splitlines()[0][:300]}; fix the cause, then `collapse-hpo resume` it")
 
 
-def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> str | None:
-    """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries).
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a `launch` ended: ``fatal`` is the error that stopped the sweep (`common_error`) or None;
+    ``memory_kill`` is Ray's message when its memory monitor killed a trial's worker (Ray Tune then stops
+    the whole run: `launch` marks the trials and the driver starts Ray again for the rest)."""
 
-    Returns the error that stopped the sweep early (`common_error`), or None."""
+    fatal: str | None = None
+    memory_kill: str | None = None
+
+
+def _ray_memory_kill(err: BaseException) -> str | None:
+    """Ray's out-of-memory message when ``err`` (what `Tuner.fit` raised) comes from its memory monitor
+    killing a worker, else None. Ray Tune 2.x does not expect that error from an actor task and raises a
+    RuntimeError from it, ending the whole Tune run."""
+    import ray.exceptions
+
+    for e in (err, err.__cause__, err.__context__):
+        if isinstance(e, ray.exceptions.OutOfMemoryError):
+            return str(e)
+    return None
+
+
+def _killed_pids(message: str) -> set[int]:
+    """Process ids of the workers Ray's memory monitor says it killed (``Selected to kill: (...pid=N)``)."""
+    return {int(p) for p in re.findall(r"Selected to kill:[^\n]*?\bpid=(\d+)", message)}
+
+
+def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> LaunchResult:
+    """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries), or until
+    the sweep is stopped (Ctrl-C, `common_error`, a worker killed by Ray's memory monitor)."""
     import optuna
     import ray
     from ray import tune
@@ -516,6 +546,7 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     hide_url(loc.storage_url)
     _init_ray(sweep)
     searcher = None
+    memory_kill = None
     try:
         capacity = _capacity(sweep)
         run_name = f"{loc.study_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -535,29 +566,51 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        except RuntimeError as err:
+            memory_kill = _ray_memory_kill(err)
+            if memory_kill is None:
+                raise
     finally:
         ray.shutdown()
         _DRIVER_STUDIES.pop(id(study), None)
-    # Tune returns early when it is interrupted (Ctrl-C): its trials were stopped with the cluster, so the
-    # ones still RUNNING in the study are marked interrupted now (resume reruns them without waiting for
-    # their heartbeats to go stale).
+    # Trials still RUNNING in the study were stopped with the cluster. After Ctrl-C they are marked
+    # interrupted (resume reruns them without waiting for their heartbeats to go stale). After a memory kill,
+    # the killed ones (by process id; a trial that never reported counts as killed) are FAIL with that
+    # reason and count as an attempt; the others are interrupted and rerun.
+    killed = _killed_pids(memory_kill) if memory_kill is not None else set()
+    summary = " ".join((memory_kill or "").split("\n")[0].split())[:240]
     left = sorted(searcher.live.values()) if searcher is not None else []
     for number in left:
         storage = study._storage
         tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
         if storage.get_trial(tid).state != optuna.trial.TrialState.RUNNING:
             continue
+        pid = searcher.pids.get(number) if searcher is not None else None
+        out_of_memory = memory_kill is not None and (pid is None or pid in killed)
         try:
-            storage.set_trial_user_attr(tid, "interrupted", True)
-            storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
-                                        "`collapse-hpo resume` reruns it")
+            if out_of_memory:
+                storage.set_trial_user_attr(tid, "error", f"out of memory: Ray's memory monitor killed the "
+                                            f"trial's worker ({summary}); lower train.micro_batch_tokens or "
+                                            "run fewer trials at once")
+                storage.set_trial_user_attr(tid, "out_of_memory", True)
+                storage.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
+            else:
+                storage.set_trial_user_attr(tid, "interrupted", True)
+                storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
+                                            "`collapse-hpo resume` reruns it")
             storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-        progress.running.pop(number, None)
-        progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
-    return searcher.fatal if searcher is not None else None
+        if out_of_memory:
+            progress.finished(storage.get_trial(tid))
+        else:
+            progress.running.pop(number, None)
+            progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
+    if memory_kill is not None:
+        reconcile(study, sweep, progress)
+    return LaunchResult(searcher.fatal if searcher is not None else None, memory_kill)
 
 
 def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
@@ -615,10 +668,21 @@ def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: An
                   f"storage {mask_url(loc.storage_url)}")
     started = time.time()
     fatal = None
-    if _work_left(study, sweep):
-        fatal = launch(study, sweep, loc, progress)
-    else:
+    if not _work_left(study, sweep):
         progress.note("nothing left to run: every trial of the sweep has finished")
+    rounds = 0
+    while _work_left(study, sweep):
+        result = launch(study, sweep, loc, progress)
+        fatal = result.fatal
+        if fatal is not None or result.memory_kill is None:
+            break
+        rounds += 1
+        if rounds > 2 * sweep.n_trials * (sweep.retries + 1):
+            fatal = ("Ray's memory monitor keeps killing the trials' workers; lower train.micro_batch_tokens "
+                     "or run fewer trials at once (executor.num_cpus / resources.cpu)")
+            break
+        progress.note("Ray's memory monitor killed a trial's worker, which stops Ray Tune: starting it again "
+                      "for the remaining trials")
     segments = list(study.user_attrs.get(WALL_ATTR) or [])
     segments.append({"command": "resume" if resume else "run", "started": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "wall_s": round(time.time() - started, 1)})

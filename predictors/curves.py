@@ -33,15 +33,13 @@ import numpy as np
 
 from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.schedules import LR_ROUNDING, Schedule
 
 REQUIRED_COLUMNS = ("run", "t_hat", "loss", "lr", "tau", "tpp")
 _COLS = ", ".join(REQUIRED_COLUMNS)
 #: A finite loss above this is a diverged run, not a training loss (and keeps every ratio finite).
 MAX_LOSS = 1e30
-#: Relative size (of the run's peak lr) of a negative lr that is read as 0: float32 rounding at the end of a
-#: decay to zero.
-LR_ROUNDING = 1e-6
+# A negative lr within LR_ROUNDING of the run's peak is read as 0 (predictors.schedules.LR_ROUNDING).
 #: t̂ below this is read as 0.
 MIN_T_HAT = 1e-12
 #: tpp and tau above these are beyond any run (and keep every power law finite).

@@ -185,3 +185,16 @@ def test_monitor_csv_quotes_fields(tmp_path: Path, surrogate: Path, capsys: Any)
     rows = list(csv.reader(out.open()))
     assert rows[0] == ["run", "t_hat", "residual"]
     assert all(len(r) == 3 and r[0] == "lr=1e-3, seed 0" for r in rows[1:])
+
+
+def test_the_schedule_reads_a_rounding_negative_lr_as_zero() -> None:
+    """The same sign rule where a Curve is built in Python (no CSV): a float32 decay to zero."""
+    from collapse_hpo.predictors.schedules import Schedule
+
+    t = np.linspace(0.0, 1.0, 11)
+    lr = (1.0 - t).astype(np.float32) * np.float32(3e-3)
+    lr[-1] = np.float32(-4.7683716e-07) * np.float32(3e-3)
+    s = Schedule.from_data(t, lr)
+    assert s(1.0) == 0.0 and s(0.5) == pytest.approx(0.5, rel=1e-6)
+    with pytest.raises(InputError, match=r"must be non-negative, got -0\.0001"):
+        Schedule.from_data(t, np.append(lr[:-1], -1e-4))

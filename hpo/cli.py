@@ -45,17 +45,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script. Bad input gives one line on stderr and exit status 2."""
+    """Entry point of the console script. Bad input, and a file system that refuses a file, give one line on
+    stderr (passwords masked) and exit status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    from collapse_hpo.hpo.urls import mask_text
+    from collapse_hpo.predictors.atomic import describe_os_error
+
+    def fail(message: str) -> int:
+        line = " ".join(mask_text(message).split())  # one line, never a password
+        print(f"collapse-hpo {args.command}: error: {line}", file=sys.stderr)
+        return 2
+
     try:
         return int(args._run(args) or 0)
-    except (InputError, FileNotFoundError) as err:
-        print(f"collapse-hpo {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except InputError as err:
+        return fail(str(err))
+    except OSError as err:  # a folder or file the command cannot use: read-only, full, /sys, a folder
+        where = err.filename if err.filename is not None else "a file"
+        return fail(describe_os_error(where, err, "use"))
+    except RecursionError:
+        return fail("an input file is nested too deeply to be read (e.g. a JSON file thousands of levels "
+                    "deep); check the files given")
+    except OverflowError as err:
+        return fail(f"a number in the input is too large ({err}); check the values given")
     except KeyboardInterrupt:
         print(f"collapse-hpo {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -32,7 +32,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from collapse_hpo.hpo.decision import DEFAULT_MARGIN
+from collapse_hpo.hpo.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
 from collapse_hpo.predictors.errors import InputError
+
+# Upper bounds of counts and sizes: beyond these a sweep is a typo (1e21 trials), not a plan.
+MAX_TRIALS = 100_000
+MAX_SEEDS = 1_000
+MAX_RETRIES = 100
+MAX_NAME = 100
+MAX_TPP = 1e6
+MAX_TOKENS = 10**15
+MAX_MODEL_DIM = 1 << 20
 
 # Hyperparameters a trial takes, searched (``space``) or fixed (``fixed``). ``decay`` and ``final`` are
 # schedule fields (wsd decay fraction, end LR / peak); ``warmup`` overrides the schedule's warmup; ``width``
@@ -51,12 +61,12 @@ class _Strict(BaseModel):
 class ModelSpec(_Strict):
     """Model shape (CompleteP): ``width`` (d_model), ``depth`` (layers), ``heads``; base shape for scaling."""
 
-    width: int = Field(gt=0)
-    depth: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    base_width: int | None = Field(default=None, gt=0)
-    base_depth: int | None = Field(default=None, gt=0)
-    context: int = Field(default=128, gt=0)
+    width: int = Field(gt=0, le=MAX_MODEL_DIM)
+    depth: int = Field(gt=0, le=MAX_MODEL_DIM)
+    heads: int = Field(gt=0, le=MAX_MODEL_DIM)
+    base_width: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
+    base_depth: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
+    context: int = Field(default=128, gt=0, le=MAX_MODEL_DIM)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
@@ -69,11 +79,11 @@ class Distribution(_Strict):
     """An Optuna distribution: ``float`` / ``int`` (low, high, log, step) or ``categorical`` (choices)."""
 
     type: Literal["float", "int", "categorical"]
-    low: float | None = None
-    high: float | None = None
+    low: float | None = Field(default=None, allow_inf_nan=False)
+    high: float | None = Field(default=None, allow_inf_nan=False)
     log: bool = False
-    step: float | None = Field(default=None, gt=0)
-    choices: list[float | int | str | bool] | None = None
+    step: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    choices: list[float | int | str | bool] | None = Field(default=None, max_length=MAX_TRIALS)
 
     @model_validator(mode="after")
     def _consistent(self) -> Distribution:
@@ -95,6 +105,8 @@ class Distribution(_Strict):
             raise ValueError("log=true and step cannot be combined")
         if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ValueError("an int distribution needs integer low and high")
+        if self.step is not None and (self.high - self.low) / self.step > MAX_TRIALS:
+            raise ValueError(f"more than {MAX_TRIALS} steps from low to high; use a larger step")
         return self
 
     def to_optuna(self) -> Any:
@@ -140,8 +152,8 @@ class ReferenceSpec(_Strict):
     study: str | None = None
     storage: str | None = None
     online: bool | None = None
-    min_trials: int | None = Field(default=None, ge=2)
-    max_trials: int | None = Field(default=None, ge=2)
+    min_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
+    max_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
 
     @model_validator(mode="after")
     def _one(self) -> ReferenceSpec:
@@ -150,8 +162,9 @@ class ReferenceSpec(_Strict):
             raise ValueError(
                 "give exactly one of 'surrogate: PATH', 'study: NAME' (with 'storage') or 'online: true'"
             )
-        if self.study and not self.storage:
-            raise ValueError("a 'study' reference needs 'storage' (the Optuna storage URL of that study)")
+        if self.study and not self.storage and not os.environ.get(REFERENCE_STORAGE_ENV):
+            raise ValueError("a 'study' reference needs 'storage' (the Optuna storage URL of that study, or "
+                             f"${{NAME}} to read it from the environment), or {REFERENCE_STORAGE_ENV} set")
         if self.storage and not self.study:
             raise ValueError("'storage' belongs to a 'study' reference; add 'study: NAME'")
         if self.max_trials is not None and self.kind != "online":
@@ -160,7 +173,19 @@ class ReferenceSpec(_Strict):
             raise ValueError("'min_trials' does not apply to a 'surrogate' reference")
         if self.max_trials is not None and self.min_trials is not None and self.max_trials < self.min_trials:
             raise ValueError(f"max_trials ({self.max_trials}) must be >= min_trials ({self.min_trials})")
+        if self.storage is not None and env_name(self.storage) is None:
+            problem = url_problem(self.storage)
+            if problem:
+                raise ValueError(problem)
         return self
+
+    @property
+    def storage_ref(self) -> str | None:
+        """The reference storage as written (a URL or ``${NAME}``); ``${COLLAPSE_HPO_REFERENCE_STORAGE}``
+        for a study reference without one. Resolve it with `collapse_hpo.hpo.urls.resolve_url`."""
+        if self.storage is None and self.study:
+            return "${" + REFERENCE_STORAGE_ENV + "}"
+        return self.storage
 
     @property
     def kind(self) -> str:
@@ -170,13 +195,17 @@ class ReferenceSpec(_Strict):
         return "study" if self.study else "online"
 
     def spec(self, base_dir: Path) -> dict[str, Any]:
-        """The mapping `make_reference` takes; a relative surrogate path is resolved against ``base_dir``."""
+        """The mapping `make_reference` takes; a relative surrogate path is resolved against ``base_dir``, a
+        ``${NAME}`` storage read from the environment (the result holds the real URL: never persist it)."""
         if self.kind == "surrogate":
             p = Path(os.path.expanduser(str(self.surrogate)))
             return {"surrogate": str(p if p.is_absolute() else base_dir / p)}
         d: dict[str, Any] = {"online": True}
         if self.kind == "study":
-            d = {"study": self.study, "storage": self.storage}
+            from collapse_hpo.hpo.urls import resolve_url
+
+            url = resolve_url(self.storage_ref or "", "pruner.reference.storage")
+            d = {"study": self.study, "storage": url}
         if self.min_trials is not None:
             d["min_trials"] = self.min_trials
         if self.max_trials is not None:
@@ -194,7 +223,7 @@ class PrunerSpec(_Strict):
     enabled: bool = True
     min_fraction: float = Field(default=0.1, gt=0, lt=1)
     confidence: float = Field(default=0.9, gt=0, lt=1)
-    keep_top_k: int = Field(default=1, ge=1)
+    keep_top_k: int = Field(default=1, ge=1, le=MAX_TRIALS)
     comparison: Literal["paired", "interval"] = "paired"
     margin: float = Field(default=DEFAULT_MARGIN, ge=0, lt=1)
     report_prediction: bool = False
@@ -211,8 +240,8 @@ class SamplerSpec(_Strict):
 class ResourcesSpec(_Strict):
     """Resources per trial (Ray): CPUs and GPUs (fractions allowed)."""
 
-    cpu: float = Field(default=1.0, gt=0)
-    gpu: float = Field(default=0.0, ge=0)
+    cpu: float = Field(default=1.0, gt=0, le=MAX_MODEL_DIM, allow_inf_nan=False)
+    gpu: float = Field(default=0.0, ge=0, le=MAX_MODEL_DIM, allow_inf_nan=False)
 
 
 class ExecutorSpec(_Strict):
@@ -220,16 +249,16 @@ class ExecutorSpec(_Strict):
     ``address`` of a running cluster (``auto`` or ``ray://host:10001``)."""
 
     address: str | None = None
-    num_cpus: int | None = Field(default=None, gt=0)
-    num_gpus: int | None = Field(default=None, ge=0)
+    num_cpus: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
+    num_gpus: int | None = Field(default=None, ge=0, le=MAX_MODEL_DIM)
 
 
 class HeartbeatSpec(_Strict):
     """Optuna heartbeat: a running trial records one every ``interval`` seconds; a trial whose last heartbeat
     is older than ``grace`` seconds is stale (its worker or driver died) and is rerun by ``resume``."""
 
-    interval: int = Field(default=5, ge=1)
-    grace: int = Field(default=30, ge=2)
+    interval: int = Field(default=5, ge=1, le=86_400)
+    grace: int = Field(default=30, ge=2, le=86_400)
 
     @model_validator(mode="after")
     def _grace(self) -> HeartbeatSpec:
@@ -245,10 +274,10 @@ class TrainSpec(_Strict):
     device: str = "cpu"
     dtype: str = "float32"
     compile: bool = False
-    micro_batch_tokens: int | None = Field(default=None, gt=0)
-    report_every_tokens: int | None = Field(default=None, gt=0)
-    val_fractions: list[float] | None = None
-    threads: int | None = Field(default=None, gt=0)
+    micro_batch_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    report_every_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    val_fractions: list[float] | None = Field(default=None, max_length=1000)
+    threads: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
 
 
 class FaultSpec(_Strict):
@@ -262,8 +291,8 @@ class FaultSpec(_Strict):
 
     acknowledge: str
     kind: Literal["exception", "out_of_memory", "nan_loss", "loss_normalization", "kill_worker"]
-    draws: list[int] = Field(min_length=1)
-    attempts: list[int] = Field(default_factory=lambda: [0])
+    draws: list[int] = Field(min_length=1, max_length=MAX_TRIALS)
+    attempts: list[int] = Field(default_factory=lambda: [0], max_length=MAX_RETRIES + 1)
     start_t_hat: float = Field(default=0.3, ge=0, lt=1)
 
     @model_validator(mode="after")
@@ -278,22 +307,22 @@ class FaultSpec(_Strict):
 class SweepConfig(_Strict):
     """A validated sweep file. Build it with `load_sweep`; ``source`` is the file it came from."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.-]+$")
     model: ModelSpec
-    tpp: float | None = Field(default=None, gt=0)
-    total_tokens: int | None = Field(default=None, gt=0)
+    tpp: float | None = Field(default=None, gt=0, le=MAX_TPP, allow_inf_nan=False)
+    total_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     schedule: str | dict[str, Any] = "linear"
     tau: float | Literal["optimal"] | None = "optimal"
     fixed: dict[str, float | int | str] = Field(default_factory=dict)
     space: dict[str, Distribution] = Field(default_factory=dict)
-    trials: int | None = Field(default=None, ge=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    trials: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=MAX_SEEDS)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     pruner: PrunerSpec = Field(default_factory=PrunerSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     storage: str | None = None
-    retries: int = Field(default=0, ge=0)
+    retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
     results: str | None = None
     heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
@@ -321,11 +350,21 @@ class SweepConfig(_Strict):
                              "or null (no weight decay)")
         return float(v)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v in (".", ".."):
+            raise ValueError(f"{v!r} is a folder reference, not a name; use letters, digits, '.', '_', '-'")
+        return v
+
     @field_validator("storage")
     @classmethod
     def _storage(cls, v: str | None) -> str | None:
-        if v is not None and v.split(":", 1)[0].split("+", 1)[0] not in ("sqlite", "postgresql", "mysql"):
-            raise ValueError(f"storage must be a sqlite:///, postgresql:// or mysql:// URL, got {v!r}")
+        if v is None or env_name(v) is not None:
+            return v
+        problem = url_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
@@ -357,8 +396,11 @@ class SweepConfig(_Strict):
         for key in HYPERPARAMETERS:
             if key in self.fixed:
                 value = self.fixed[key]
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise _FieldError(f"fixed.{key}", f"must be a number, got {value!r}")
+                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                    raise _FieldError(f"fixed.{key}", f"must be a finite number, got {value!r}")
+                if abs(value) > MAX_TOKENS:
+                    raise _FieldError(f"fixed.{key}",
+                                      f"{value!r} is beyond any sweep (at most {MAX_TOKENS:.0e})")
                 if key in ("lr", "batch_tokens", "tau", "width", "depth") and not value > 0:
                     raise _FieldError(f"fixed.{key}", f"must be positive, got {value!r}")
                 if key in ("warmup", "decay", "final", "weight_decay") and value < 0:
@@ -381,6 +423,9 @@ class SweepConfig(_Strict):
             raise _FieldError("trials", "is needed (number of hyperparameter draws) unless sampler is grid")
         if len(set(self.seeds)) != len(self.seeds):
             raise _FieldError("seeds", "training seeds must be distinct")
+        if self.n_trials > MAX_TRIALS:
+            raise _FieldError("trials", f"{self.n_draws} draws × {len(self.seeds)} seeds = {self.n_trials} "
+                              f"trials; at most {MAX_TRIALS}")
         return self
 
     # ------------------------------------------------------------------ derived quantities
@@ -417,9 +462,13 @@ class SweepConfig(_Strict):
         return (Path.cwd() / "results" / self.name).resolve()
 
     def storage_url(self, results_dir: Path) -> str:
-        """The Optuna storage URL: ``storage`` of the file, else a SQLite file ``study.db`` in the results."""
+        """The Optuna storage URL as it may be persisted: ``storage`` of the file (a URL or ``${NAME}``),
+        else ``${COLLAPSE_HPO_STORAGE}`` when that variable is set, else a SQLite file ``study.db`` in the
+        results. Resolve a ``${NAME}`` with `collapse_hpo.hpo.urls.resolve_url` where it is opened."""
         if self.storage:
             return self.storage
+        if os.environ.get(STORAGE_ENV):
+            return "${" + STORAGE_ENV + "}"
         return f"sqlite:///{results_dir / 'study.db'}"
 
     def reference_path(self) -> Path | None:
@@ -508,6 +557,34 @@ def parse_sweep(data: Any, path: str = "<sweep>") -> SweepConfig:
         raise InputError(_format_error(path, err)) from None
 
 
+class _DuplicateKey(ValueError):
+    """A mapping of the sweep file gives one key twice."""
+
+
+def _unique_key_loader() -> type:
+    """A `yaml.SafeLoader` that refuses a key given twice in one mapping, naming both lines (PyYAML's own
+    loader keeps the last value silently: a second ``pruner:`` block would replace the first)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader reports it
+                    continue
+                if first is not None:
+                    raise _DuplicateKey(f"line {line}: key {key!r} is given twice (first at line {first}); "
+                                        "keep one")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
     """Read and validate a sweep YAML file. Creates nothing; every error is an `InputError` naming it."""
     import yaml
@@ -520,7 +597,11 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{p}: cannot read the sweep file ({err})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass
+    except _DuplicateKey as err:
+        raise InputError(f"{p}: {err}") from None
+    except RecursionError:
+        raise InputError(f"{p}: nested too deeply to be a sweep file") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

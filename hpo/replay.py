@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +91,12 @@ def make_sweep(
     latest
     first point to the earliest last point, and each curve's loss is linearly interpolated onto it.
 
+    A curve that diverged (``Curve.diverged_at``: a NaN/inf loss in its file) has an infinite loss on the
+    grid from there on and an infinite final loss: `simulate` stops it at its first such report
+    (pruned by divergence), as a live sweep does.
+
     Raises InputError (naming ``source`` and the run) for fewer than 2 curves, duplicate run names, or a curve
-    with fewer than 3 finite points or one that does not reach t̂ ≥ 0.99.
+    with fewer than 3 finite points or one that does not reach t̂ ≥ 0.99 (unless it diverged).
     """
     curves = list(curves)
     if len(curves) < 2:
@@ -106,8 +109,13 @@ def make_sweep(
     for c in curves:
         ok = np.isfinite(c.loss) & np.isfinite(c.t_hat)
         t, y = c.t_hat[ok], c.loss[ok]
-        if t.size < 3:
+        if t.size < 3 and c.diverged_at is None:
             raise InputError(f"{source}: run {c.run!r} has {t.size} finite loss points; it needs at least 3")
+        if c.diverged_at is not None:  # on the grid: the last finite loss until divergence, inf from there
+            t = np.append(t, [c.diverged_at, 1.0]) if t.size else np.array([0.0, c.diverged_at, 1.0])
+            y = np.append(y, [math.inf, math.inf]) if y.size else np.array([math.inf] * 3)
+            keep = np.concatenate([[True], np.diff(t) > 0])
+            t, y = t[keep], y[keep]
         if t[-1] < 0.99:
             raise InputError(
                 f"{source}: run {c.run!r} ends at t_hat={t[-1]:.3g}; replay needs complete curves "
@@ -123,7 +131,7 @@ def make_sweep(
         lo = max(p[0][0] for p in pts)
         hi = min(p[0][-1] for p in pts)
         grid = np.linspace(lo, hi, max(n, 3))
-        losses = np.stack([np.interp(grid, t, y) for t, y in pts])
+        losses = np.stack([_interp(grid, t, y) for t, y in pts])
     steps = np.rint(grid * STEP_SCALE).astype(int)
     if np.any(np.diff(steps) <= 0):
         raise InputError(
@@ -134,6 +142,18 @@ def make_sweep(
     if w.shape != (len(curves),) or np.any(~np.isfinite(w)) or np.any(w <= 0):
         raise InputError(f"{source}: weights must be one positive number per run")
     return Sweep(curves=curves, grid=grid, losses=losses, finals=finals, weights=w, name=name)
+
+
+def _interp(grid: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Linear interpolation of (t, y) on ``grid``; infinite from the first infinite point of ``y`` on."""
+    bad = np.flatnonzero(~np.isfinite(y))
+    if not bad.size:
+        return np.interp(grid, t, y)
+    cut = t[bad[0]]
+    ok = np.isfinite(y)
+    out = np.interp(grid, t[ok], y[ok]) if ok.any() else np.full(grid.shape, math.inf)
+    out[grid >= cut] = math.inf
+    return out
 
 
 class ReplayPruner(Protocol):
@@ -193,7 +213,8 @@ def simulate(sweep: Sweep, pruner: ReplayPruner, order: Sequence[int], *, worker
             running.append([trial, 0])
         still: list[list[int]] = []
         for trial, idx in running:
-            stop = pruner.report(trial, idx)
+            # A non-finite loss is a diverged run: stopped there, whatever the pruner (as a live sweep does).
+            stop = not np.isfinite(sweep.losses[trial, idx]) or pruner.report(trial, idx)
             if idx >= last or stop:
                 stopped_at[trial] = idx
                 pruned[trial] = idx < last
@@ -348,17 +369,13 @@ def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]
 
     path = Path(path)
     keys = list(summaries[0].row()) if summaries else [f.name for f in Summary.__dataclass_fields__.values()]
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=".tmp-", suffix=".csv")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=keys)
-            w.writeheader()
-            for s in summaries:
-                w.writerow(s.row())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from collapse_hpo.predictors.atomic import atomic_write
+
+    with atomic_write(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        for s in summaries:
+            w.writerow(s.row())
 
 
 def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summary], title: str = "") -> None:
@@ -394,14 +411,11 @@ def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summar
             ax.scatter([], [], marker=markers[j % len(markers)], color="k", label=sw)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=".tmp-", suffix=".png")
-    os.close(fd)
+    from collapse_hpo.predictors.atomic import atomic_write_path
+
     try:
-        fig.savefig(tmp, dpi=120, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_write_path(path) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
     finally:
         plt.close(fig)
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import csv
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path
 
 if TYPE_CHECKING:
     import optuna
@@ -145,25 +146,13 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute) -> list[str]:
     return lines
 
 
-def _atomic(path: Path) -> tuple[int, str]:
-    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-
-
 def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
     """Write the trial rows as CSV (columns `COLUMNS`), atomically."""
-    p = Path(path)
-    fd, tmp = _atomic(p)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
 
 
 def trial_curves(study: optuna.Study) -> list[Any]:
@@ -274,16 +263,9 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
         axn.legend(fontsize=8)
     axn.set_title("normalized (collapsed) curves")
     fig.tight_layout()
-    p = Path(path)
-    fd, tmp = _atomic(p)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with atomic_write_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)
 

@@ -27,6 +27,8 @@ import itertools
 import json
 import math
 import os
+import re
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -35,7 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.config import SweepConfig
+from collapse_hpo.hpo.lease import SweepLease, retry_races
+from collapse_hpo.hpo.preflight import preflight, slots
 from collapse_hpo.hpo.progress import Progress, human_tokens
+from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url
+from collapse_hpo.predictors.atomic import clean_stale_tmp, describe_os_error
 from collapse_hpo.predictors.errors import InputError
 
 if TYPE_CHECKING:
@@ -71,94 +77,10 @@ def locate(sweep: SweepConfig, results: str | os.PathLike[str] | None = None, *,
     return SweepLocation(folder, sweep.storage_url(folder), sweep.name + suffix, prune)
 
 
-def _field_error(sweep: SweepConfig, field: str, message: str) -> InputError:
-    return InputError(f"{sweep.source or '<sweep>'}: field '{field}': {message}")
-
-
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}@{host}"
-    return url
-
-
-def check_storage(sweep: SweepConfig, url: str, results: Path | None = None) -> None:
-    """Raise InputError (naming the file and field ``storage``) when the storage cannot be reached.
-
-    Creates nothing: a SQLite URL needs an existing folder (the default one, ``results``, is created
-    later); a server URL is connected to with a 10 s timeout."""
-    if url.startswith("sqlite"):
-        path = url.split(":///", 1)[-1]
-        if not path or path == ":memory:":
-            raise _field_error(sweep, "storage", "in-memory SQLite cannot be shared with Ray workers")
-        parent = Path(path).parent
-        if parent != results and not parent.is_dir():
-            raise _field_error(sweep, "storage", f"folder {parent} of the SQLite file does not exist")
-        return
-    import sqlalchemy
-
-    from collapse_hpo.hpo.trial import storage_url
-
-    url = storage_url(url)
-    kwargs: dict[str, Any] = {}
-    if url.startswith("postgresql"):
-        kwargs["connect_args"] = {"connect_timeout": 10}
-    try:
-        engine = sqlalchemy.create_engine(url, **kwargs)
-        with engine.connect():
-            pass
-        engine.dispose()
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise _field_error(sweep, "storage", f"cannot connect to {_redact(url)} ({first}); check the URL and "
-                           "that the server is running") from None
-
-
 def _sqlite_parent(url: str) -> Path | None:
     if not url.startswith("sqlite"):
         return None
     return Path(url.split(":///", 1)[-1]).parent
-
-
-def preflight(sweep: SweepConfig, prune: bool) -> None:
-    """Check everything that can be checked before anything is created: model size and token budget, a
-    TrainConfig at the corners of the space, and the pruner's reference. Raises InputError naming the file."""
-    from collapse_hpo.hpo.space import space_for_sweep
-    from collapse_hpo.hpo.trial import build_pruner, train_config
-
-    where = sweep.source or "<sweep>"
-    try:
-        space_for_sweep(sweep)
-    except InputError as err:
-        raise InputError(f"{where}: field 'model': {err}") from None
-    for params in _corners(sweep):
-        try:
-            train_config(sweep, params, sweep.seeds[0])
-        except InputError as err:
-            names = ", ".join(f"{k}={v}" for k, v in params.items())
-            what = names or "the fixed values"
-            raise InputError(f"{where}: the trial with {what} is invalid: {err}") from None
-    try:
-        build_pruner(sweep, prune)
-    except InputError as err:
-        raise InputError(f"{where}: field 'pruner.reference': {err}") from None
-
-
-def _corners(sweep: SweepConfig) -> list[dict[str, Any]]:
-    """Parameter sets at the bounds of each distribution (every combination of low/high or choices)."""
-    axes: list[list[tuple[str, Any]]] = []
-    for name, d in sweep.space.items():
-        if d.type == "categorical":
-            values: list[Any] = list(d.choices or [])
-        elif d.type == "int":
-            values = [int(d.low or 0), int(d.high or 0)]
-        else:
-            values = [float(d.low or 0.0), float(d.high or 0.0)]
-        axes.append([(name, v) for v in values])
-    combos = list(itertools.product(*axes))[:64]
-    return [dict(c) for c in combos] or [{}]
 
 
 def make_sampler(sweep: SweepConfig) -> optuna.samplers.BaseSampler:
@@ -202,10 +124,36 @@ def plan_draws(sweep: SweepConfig) -> list[dict[str, Any]]:
 
 
 def _sweep_fingerprint(sweep: SweepConfig) -> dict[str, Any]:
-    d = sweep.to_jsonable()
+    """The fields that define what a sweep trains (stored in the study; passwords masked)."""
+    d = masked_sweep(sweep)
     for key in RUNTIME_FIELDS:
         d.pop(key, None)
     return d
+
+
+def masked_sweep(sweep: SweepConfig) -> dict[str, Any]:
+    """``sweep.to_jsonable()`` with the password of every storage URL replaced by ``***`` (for display and
+    for the study's ``sweep_config`` attr, which optuna-dashboard shows)."""
+    d = sweep.to_jsonable()
+    if d.get("storage"):
+        d["storage"] = mask_url(d["storage"])
+    ref = (d.get("pruner") or {}).get("reference") or {}
+    if ref.get("storage"):
+        ref["storage"] = mask_url(ref["storage"])
+    return d
+
+
+def shippable_sweep(sweep: SweepConfig) -> SweepConfig:
+    """``sweep`` as it may be handed to Ray (which writes its trial configs to disk): a storage URL with a
+    password becomes ``${VAR}`` of a variable set in this process, inherited by a local Ray's workers."""
+    ref = sweep.pruner.reference
+    update: dict[str, Any] = {}
+    if sweep.storage:
+        update["storage"] = hide_url(sweep.storage)
+    if ref.storage:
+        new_ref = ref.model_copy(update={"storage": hide_url(ref.storage)})
+        update["pruner"] = sweep.pruner.model_copy(update={"reference": new_ref})
+    return sweep.model_copy(update=update) if update else sweep
 
 
 def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
@@ -214,13 +162,13 @@ def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
 
     from collapse_hpo.hpo.trial import open_storage
 
-    storage = open_storage(loc.storage_url, sweep)
+    storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.create_study(study_name=loc.study_name, storage=storage, direction="minimize",
                                     sampler=make_sampler(sweep), load_if_exists=False)
     except optuna.exceptions.DuplicatedStudyError:
         raise InputError(
-            f"{sweep.source}: study {loc.study_name!r} already exists in {_redact(loc.storage_url)}: "
+            f"{sweep.source}: study {loc.study_name!r} already exists in {mask_url(loc.storage_url)}: "
             "continue it "
             f"with `collapse-hpo resume {sweep.source}`, or give --results DIR for a new sweep") from None
     study.set_user_attr(SWEEP_ATTR, _sweep_fingerprint(sweep))
@@ -238,11 +186,11 @@ def open_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
 
     from collapse_hpo.hpo.trial import open_storage
 
-    storage = open_storage(loc.storage_url, sweep)
+    storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.load_study(study_name=loc.study_name, storage=storage, sampler=make_sampler(sweep))
     except KeyError:
-        raise InputError(f"{sweep.source}: no sweep {loc.study_name!r} in {_redact(loc.storage_url)} yet: "
+        raise InputError(f"{sweep.source}: no sweep {loc.study_name!r} in {mask_url(loc.storage_url)} yet: "
                          "start it "
                          f"with `collapse-hpo run {sweep.source}`") from None
     stored = study.user_attrs.get(SWEEP_ATTR)
@@ -353,14 +301,34 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
 
 
 # ---------------------------------------------------------------------------------------------- searcher
-def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress,
-                  max_concurrent: int, error_dir: Path) -> Any:
-    """A `StudySearcher` (defined lazily: Ray is imported only when a sweep runs)."""
+# The driver's open studies, by key: a searcher reaches its study through `_driver_study` (pickled by
+# reference), never through its closure or globals, because Ray Tune pickles the searcher (by value: it is a
+# local class) into tuner.pkl, and the study's storage holds the URL with its password.
+_DRIVER_STUDIES: dict[int, optuna.Study] = {}
+
+
+def _driver_study(key: int) -> optuna.Study:
+    """The open study registered under ``key`` by `make_searcher`."""
+    return _DRIVER_STUDIES[key]
+
+
+def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: SweepLocation,
+                  progress: Progress, max_concurrent: int, error_dir: Path) -> Any:
+    """A `StudySearcher` (defined lazily: Ray is imported only when a sweep runs).
+
+    What the searcher holds is written to disk by Ray Tune (tuner.pkl): only the password-free sweep
+    (`shippable_sweep`) and storage URL, and a key to the open study (`_DRIVER_STUDIES`)."""
     import optuna
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
     from collapse_hpo.hpo.trial import trial_config
+
+    # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
+    sweep = shippable_sweep(sweep_file)
+    loc = SweepLocation(location.results, hide_url(location.storage_url), location.study_name, location.prune)
+    study_key = id(study_obj)
+    _DRIVER_STUDIES[study_key] = study_obj
 
     class StudySearcher(Searcher):
         """A Ray Tune searcher that asks the Optuna study in the driver and reports back to it."""
@@ -369,6 +337,9 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
             super().__init__(metric="loss", mode="min")
             self.dists = {k: d.to_optuna() for k, d in sweep.space.items()}
             self.live: dict[str, int] = {}
+            self.first_finished: list[optuna.trial.FrozenTrial] = []
+            self.pids: dict[int, int] = {}  # trial number -> process id of its worker (from its results)
+            self.fatal: str | None = None
 
         def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                                   **spec: Any) -> bool:
@@ -378,8 +349,11 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
             return len({int(t.user_attrs["draw"]) for t in trials if "draw" in t.user_attrs})
 
         def suggest(self, trial_id: str) -> dict | str | None:
+            if self.fatal is not None:
+                return None if self.live else Searcher.FINISHED
             if len(self.live) >= max_concurrent:
                 return None
+            study = _driver_study(study_key)
             trials = study.get_trials(deepcopy=False)
             waiting = any(t.state == TS.WAITING for t in trials)
             new_draw = not waiting and not sweep.planned and self._draws(trials) < sweep.n_draws
@@ -407,6 +381,8 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             number = self.live.get(trial_id)
+            if number is not None and isinstance(result.get("pid"), int):
+                self.pids[number] = int(result["pid"])
             if number is not None and "tokens" in result:
                 progress.result(number, float(result["tokens"]))
 
@@ -414,14 +390,28 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
             number = self.live.pop(trial_id, None)
             if number is None:
                 return
+            study = _driver_study(study_key)
             tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
             frozen = study._storage.get_trial(tid)
             if frozen.state == TS.RUNNING:
                 self._fail_dead_worker(tid, number, error)
                 frozen = study._storage.get_trial(tid)
             progress.finished(frozen)
-            if frozen.state == TS.FAIL:
+            self._watch_for_a_common_error(frozen)
+            if frozen.state == TS.FAIL and self.fatal is None:
                 reconcile(study, sweep, progress)
+
+        def _watch_for_a_common_error(self, frozen: optuna.trial.FrozenTrial) -> None:
+            """Stop the sweep when its first two finished trials raised the same error (every trial will)."""
+            if frozen.user_attrs.get("interrupted") or len(self.first_finished) >= 2:
+                return
+            self.first_finished.append(frozen)
+            if len(self.first_finished) < 2:
+                return
+            a, b = self.first_finished
+            self.fatal = common_error(a, b)
+            if self.fatal is not None:
+                progress.note(f"stopping: {self.fatal}")
 
         def _fail_dead_worker(self, tid: int, number: int, error: bool) -> None:
             text = "the Ray worker ended without finishing the trial (killed, out of memory or crashed)"
@@ -431,7 +421,7 @@ def make_searcher(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, p
                 useful = [ln for ln in lines if not ln.startswith(("Failure #", "Traceback", "File "))]
                 if useful:
                     text += f": {useful[-1][:300]}"
-            s = study._storage
+            s = _driver_study(study_key)._storage
             try:
                 s.set_trial_user_attr(tid, "error", text)
                 s.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
@@ -491,45 +481,72 @@ def _init_ray(sweep: SweepConfig) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _slots(sweep: SweepConfig, cpus: float, gpus: float) -> int:
-    """Trials that fit at once on ``cpus`` CPU and ``gpus`` GPU; InputError when not even one fits."""
-    n = int(cpus // sweep.resources.cpu) if sweep.resources.cpu > 0 else 1
-    if sweep.resources.gpu > 0 and math.isfinite(gpus):
-        n = min(n, int(gpus // sweep.resources.gpu))
-    if n < 1:
-        raise InputError(f"{sweep.source}: field 'resources': a trial needs {sweep.resources.cpu} CPU and "
-                         f"{sweep.resources.gpu} GPU but the Ray cluster has {float(cpus)} CPU and "
-                         f"{float(gpus)} GPU; lower the resources per trial")
-    return max(1, n)
-
-
-def check_local_resources(sweep: SweepConfig) -> None:
-    """For a local Ray (no executor address) the cluster's size is known from the file: check that a trial
-    fits before anything is created. A remote cluster is checked once connected (``_capacity``)."""
-    ex = sweep.executor
-    if not ex.address:
-        # GPUs left to Ray's detection (num_gpus unset) are checked once Ray is up.
-        gpus = math.inf if ex.num_gpus is None else float(ex.num_gpus)
-        _slots(sweep, float(ex.num_cpus or os.cpu_count() or 1), gpus)
-
-
 def _capacity(sweep: SweepConfig) -> int:
     import ray
 
     res = ray.cluster_resources()
-    return _slots(sweep, float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0)))
+    return slots(sweep, float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0)))
 
 
-def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> None:
-    """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries)."""
+def common_error(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> str | None:
+    """The error every trial will hit, when trials ``a`` and ``b`` both FAILed raising the same error (type
+    and message) that no injected fault explains; else None. A worker killed from outside (no traceback) is
+    not such an error: its slot is retried."""
+    import optuna
+
+    errors = []
+    for t in (a, b):
+        attrs = t.user_attrs
+        if t.state != optuna.trial.TrialState.FAIL or "traceback" not in attrs or "fault" in attrs:
+            return None
+        errors.append(str(t.user_attrs.get("error", "")))
+    if not errors[0] or errors[0] != errors[1]:
+        return None
+    return mask_text(f"trials {a.number} and {b.number} failed with the same error, which every trial will "
+                     f"hit: {errors[0].splitlines()[0][:300]}; fix the cause, then `collapse-hpo resume` it")
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a `launch` ended: ``fatal`` is the error that stopped the sweep (`common_error`) or None;
+    ``memory_kill`` is Ray's message when its memory monitor killed a trial's worker (Ray Tune then stops
+    the whole run: `launch` marks the trials and the driver starts Ray again for the rest)."""
+
+    fatal: str | None = None
+    memory_kill: str | None = None
+
+
+def _ray_memory_kill(err: BaseException) -> str | None:
+    """Ray's out-of-memory message when ``err`` (what `Tuner.fit` raised) comes from its memory monitor
+    killing a worker, else None. Ray Tune 2.x does not expect that error from an actor task and raises a
+    RuntimeError from it, ending the whole Tune run."""
+    import ray.exceptions
+
+    for e in (err, err.__cause__, err.__context__):
+        if isinstance(e, ray.exceptions.OutOfMemoryError):
+            return str(e)
+    return None
+
+
+def _killed_pids(message: str) -> set[int]:
+    """Process ids of the workers Ray's memory monitor says it killed (``Selected to kill: (...pid=N)``)."""
+    return {int(p) for p in re.findall(r"Selected to kill:[^\n]*?\bpid=(\d+)", message)}
+
+
+def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> LaunchResult:
+    """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries), or until
+    the sweep is stopped (Ctrl-C, `common_error`, a worker killed by Ray's memory monitor)."""
     import optuna
     import ray
     from ray import tune
 
     from collapse_hpo.hpo.trial import trial_function
 
+    shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
+    hide_url(loc.storage_url)
     _init_ray(sweep)
     searcher = None
+    memory_kill = None
     try:
         capacity = _capacity(sweep)
         run_name = f"{loc.study_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -549,54 +566,93 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        tuner.fit()
+        try:
+            tuner.fit()
+        except RuntimeError as err:
+            memory_kill = _ray_memory_kill(err)
+            if memory_kill is None:
+                raise
     finally:
         ray.shutdown()
-    # Tune returns early when it is interrupted (Ctrl-C): its trials were stopped with the cluster, so the
-    # ones still RUNNING in the study are marked interrupted now (resume reruns them without waiting for
-    # their heartbeats to go stale).
+        _DRIVER_STUDIES.pop(id(study), None)
+    # Trials still RUNNING in the study were stopped with the cluster. After Ctrl-C they are marked
+    # interrupted (resume reruns them without waiting for their heartbeats to go stale). After a memory kill,
+    # the killed ones (by process id; a trial that never reported counts as killed) are FAIL with that
+    # reason and count as an attempt; the others are interrupted and rerun.
+    killed = _killed_pids(memory_kill) if memory_kill is not None else set()
+    summary = " ".join((memory_kill or "").split("\n")[0].split())[:240]
     left = sorted(searcher.live.values()) if searcher is not None else []
     for number in left:
         storage = study._storage
         tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
         if storage.get_trial(tid).state != optuna.trial.TrialState.RUNNING:
             continue
+        pid = searcher.pids.get(number) if searcher is not None else None
+        out_of_memory = memory_kill is not None and (pid is None or pid in killed)
         try:
-            storage.set_trial_user_attr(tid, "interrupted", True)
-            storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
-                                        "`collapse-hpo resume` reruns it")
+            if out_of_memory:
+                storage.set_trial_user_attr(tid, "error", f"out of memory: Ray's memory monitor killed the "
+                                            f"trial's worker ({summary}); lower train.micro_batch_tokens or "
+                                            "run fewer trials at once")
+                storage.set_trial_user_attr(tid, "out_of_memory", True)
+                storage.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
+            else:
+                storage.set_trial_user_attr(tid, "interrupted", True)
+                storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
+                                            "`collapse-hpo resume` reruns it")
             storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-        progress.running.pop(number, None)
-        progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
+        if out_of_memory:
+            progress.finished(storage.get_trial(tid))
+        else:
+            progress.running.pop(number, None)
+            progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
+    if memory_kill is not None:
+        reconcile(study, sweep, progress)
+    return LaunchResult(searcher.fatal if searcher is not None else None, memory_kill)
 
 
 def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
               out: Any = None) -> optuna.Study:
     """Create (``run``) or continue (``resume``) the sweep at ``loc`` and run it to the end.
 
-    Nothing is created when the file, the reference or the storage is bad (InputError). Prints one line
-    per event and returns the study.
+    Nothing is created when the file, the reference, the storage or the results folder is bad (InputError
+    from `collapse_hpo.hpo.preflight`). One driver per sweep: the lease (`collapse_hpo.hpo.lease`) is held
+    while it runs, and a second driver is refused. Prints one line per event and returns the study; raises
+    InputError when the first two trials failed with the same error (`common_error`).
     """
 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    preflight(sweep, loc.prune)
-    check_local_resources(sweep)
-    check_storage(sweep, loc.storage_url, loc.results)
+    preflight(sweep, loc.results, loc.storage_url, loc.prune)
     parent = _sqlite_parent(loc.storage_url)
     default_db = parent is not None and parent == loc.results
+    if resume and default_db and not (parent / "study.db").exists():  # type: ignore[operator]
+        raise InputError(f"{sweep.source}: no sweep to resume in {loc.results}: start it with "
+                         f"`collapse-hpo run {sweep.source}`")
+    try:
+        loc.results.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{sweep.source}: {describe_os_error(loc.results, err)}") from None
+    clean_stale_tmp(loc.results)
+    url = resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'")
+    lease = SweepLease(url, loc.study_name, interval=sweep.heartbeat.interval, expiry=sweep.heartbeat.grace,
+                       where=str(sweep.source))
+    lease.acquire(on_wait=lambda line: print(line, file=out or sys.stdout, flush=True))
+    try:
+        return _run_locked(sweep, loc, resume=resume, out=out)
+    finally:
+        lease.release()
+
+
+def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: Any) -> optuna.Study:
     if resume:
-        if default_db and not (parent / "study.db").exists():  # type: ignore[operator]
-            raise InputError(f"{sweep.source}: no sweep to resume in {loc.results}: start it with "
-                             f"`collapse-hpo run {sweep.source}`")
         study = open_study(sweep, loc)
         loc = SweepLocation(loc.results, loc.storage_url, loc.study_name,
                             bool(study.user_attrs.get(PRUNE_ATTR, loc.prune)))
     else:
-        loc.results.mkdir(parents=True, exist_ok=True)
         study = create_study(sweep, loc)
     progress = Progress(unpruned_tokens(sweep, study), out=out)
     if resume:
@@ -609,17 +665,48 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
     mode = "pruning on" if loc.prune else "pruning off"
     per_trial = human_tokens(progress.unpruned_tokens / max(1, sweep.n_trials))
     progress.note(f"sweep {loc.study_name!r}: {sweep.n_trials} trials of {per_trial} tokens, {mode}, "
-                  f"storage {_redact(loc.storage_url)}")
+                  f"storage {mask_url(loc.storage_url)}")
     started = time.time()
-    if _work_left(study, sweep):
-        launch(study, sweep, loc, progress)
-    else:
+    fatal = None
+    if not _work_left(study, sweep):
         progress.note("nothing left to run: every trial of the sweep has finished")
+    rounds = 0
+    while _work_left(study, sweep):
+        result = launch(study, sweep, loc, progress)
+        fatal = result.fatal
+        if fatal is not None or result.memory_kill is None:
+            break
+        rounds += 1
+        if rounds > 2 * sweep.n_trials * (sweep.retries + 1):
+            fatal = ("Ray's memory monitor keeps killing the trials' workers; lower train.micro_batch_tokens "
+                     "or run fewer trials at once (executor.num_cpus / resources.cpu)")
+            break
+        progress.note("Ray's memory monitor killed a trial's worker, which stops Ray Tune: starting it again "
+                      "for the remaining trials")
     segments = list(study.user_attrs.get(WALL_ATTR) or [])
     segments.append({"command": "resume" if resume else "run", "started": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "wall_s": round(time.time() - started, 1)})
     study.set_user_attr(WALL_ATTR, segments)
+    if fatal is not None:
+        raise InputError(f"{sweep.source}: {fatal}")
     return study
+
+
+def all_failed(study: optuna.Study) -> str | None:
+    """When no trial of the study COMPLETEd or was PRUNED and at least one FAILed: one line with the count
+    and the first error; else None. A sweep like that must not look successful (its exit status is not 0)."""
+    import optuna
+
+    TS = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state in (TS.COMPLETE, TS.PRUNED) for t in trials):
+        return None
+    failed = [t for t in trials if t.state == TS.FAIL]
+    if not failed:
+        return None
+    first = str(failed[0].user_attrs.get("error", "no error recorded")).splitlines()[0][:300]
+    return mask_text(f"every trial failed ({len(failed)} of {len(trials)}); trial {failed[0].number}: "
+                     f"{first}")
 
 
 def _work_left(study: optuna.Study, sweep: SweepConfig) -> bool:

@@ -46,10 +46,14 @@ def trial_config(sweep: SweepConfig, storage_url: str, study_name: str, number: 
 
 
 def storage_url(url: str) -> str:
-    """``url`` with a database driver SQLAlchemy can load: plain ``postgresql://`` means psycopg 3 to
+    """``url`` (a ``${NAME}`` URL read from the environment) with a database driver SQLAlchemy can load:
+    plain ``postgresql://`` means psycopg 3 to
     SQLAlchemy 2.1; when only psycopg2 is installed it becomes ``postgresql+psycopg2://``."""
     import importlib.util
 
+    from collapse_hpo.hpo.urls import resolve_url
+
+    url = resolve_url(url, "storage")
     if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
             and importlib.util.find_spec("psycopg2") is not None:
         return "postgresql+psycopg2://" + url[len("postgresql://"):]

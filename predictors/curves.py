@@ -7,6 +7,19 @@ parameter, a per-run constant). An optional column ``params`` (the model's non-e
 per-run constant; empty when unknown) lets calibration learn how its error moves with model size. Other extra
 columns are ignored. Rows are numbered as lines of the file (the
 header is line 1). Every problem raises InputError naming the file, the line and the column.
+
+Reading rules (one line each, never a traceback):
+
+- A UTF-8 byte-order mark before the header is skipped; a column named twice in the header is refused.
+- A loss must be positive: zero or negative is refused (a bug in the loss or the logging). A NaN, ±inf, or
+  a loss above `MAX_LOSS` (1e400 reads as inf) means the run diverged there: it is never dropped silently;
+  the curve records ``diverged_at`` (t̂ of the first such point) and the points from there on are NaN.
+- Two rows of one run at the same t̂ with different losses are refused, naming both lines (an identical
+  repeat, or a repeat without a loss, is read once).
+- An lr below zero by less than `LR_ROUNDING` of the run's peak is float rounding of a decay to zero (a
+  linear decay logged in float32 ends at −4.8e-7): it is read as 0 and a note says so (``Curve.notes``).
+- t̂ below `MIN_T_HAT` is read as 0 (nothing is trained in 1e-12 of the tokens; keeps the arithmetic
+  finite).
 """
 
 from __future__ import annotations
@@ -14,18 +27,26 @@ from __future__ import annotations
 import csv
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.schedules import LR_ROUNDING, Schedule
 
 REQUIRED_COLUMNS = ("run", "t_hat", "loss", "lr", "tau", "tpp")
 _COLS = ", ".join(REQUIRED_COLUMNS)
+#: A finite loss above this is a diverged run, not a training loss (and keeps every ratio finite).
+MAX_LOSS = 1e30
+# A negative lr within LR_ROUNDING of the run's peak is read as 0 (predictors.schedules.LR_ROUNDING).
+#: t̂ below this is read as 0.
+MIN_T_HAT = 1e-12
+#: tpp and tau above these are beyond any run (and keep every power law finite).
+MAX_TPP = 1e9
+MAX_TAU = 1e9
 
 
 @dataclass
@@ -42,6 +63,9 @@ class Curve:
         tpp: tokens per parameter D/N.
         meta: free-form extras (e.g. synthetic ground truth); not written to CSV.
         params: non-embedding parameter count N of the model, or None when unknown.
+        diverged_at: t̂ of the first NaN/inf/huge loss read from a file (the run diverged there; the points
+            from there on are NaN), or None.
+        notes: what the reader changed and why (e.g. a −4.8e-7 lr read as 0), one line each.
     """
 
     run: str
@@ -52,6 +76,8 @@ class Curve:
     tau: float | None = None
     tpp: float = 20.0
     meta: dict[str, Any] = field(default_factory=dict)
+    diverged_at: float | None = None
+    notes: list[str] = field(default_factory=list)
     params: float | None = None
 
     def __post_init__(self) -> None:
@@ -101,6 +127,9 @@ class Curve:
             tau=self.tau,
             tpp=self.tpp,
             meta=dict(self.meta),
+            diverged_at=self.diverged_at if self.diverged_at is not None and self.diverged_at <= fraction
+            else None,
+            notes=list(self.notes),
             params=self.params,
         )
 
@@ -117,33 +146,52 @@ def _parse_float(text: str, where: str, column: str, *, allow_empty: bool) -> fl
         raise InputError(f"{where}: column {column!r} has {s!r}, which is not a number") from None
 
 
+def _header(p: Path, header: list[str]) -> dict[str, int]:
+    names = [h.strip() for h in header]
+    twice = sorted({n for n in names if n and names.count(n) > 1})
+    if twice:
+        raise InputError(f"{p}: line 1: column {twice[0]!r} is named twice in the header; keep one")
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise InputError(f"{p}: line 1: missing column(s) {', '.join(missing)}; required: {_COLS}")
+    col = {c: names.index(c) for c in REQUIRED_COLUMNS}
+    if "params" in names:
+        col["params"] = names.index("params")
+    return col
+
+
+def _loss_value(loss: float | None, where: str) -> tuple[float, str | None]:
+    """(the loss to keep, why the run diverged here or None); InputError for a zero or negative loss."""
+    if loss is None:
+        return math.nan, None
+    if math.isnan(loss) or math.isinf(loss) or abs(loss) > MAX_LOSS:
+        return math.nan, f"loss {loss:g}"
+    if loss <= 0.0:
+        raise InputError(f"{where}: column 'loss' is {loss:g}; a training loss must be positive (a bug in "
+                         "the loss or the logging)")
+    return loss, None
+
+
 def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
     """Read a curve CSV (see the module docstring) into curves, in order of first appearance of each run.
 
     Raises InputError (one line, naming file, line and column) for a missing file or column, a malformed or
-    out of range value, per-run constants that change between rows, or a run without any positive lr.
+    out of range value, per-run constants that change between rows, conflicting rows, or a run without any
+    positive lr.
     """
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such curve file; give the path of a CSV with columns {_COLS}")
-    rows: dict[str, dict[str, list]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     try:
-        with p.open(newline="", encoding="utf-8") as fh:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             try:
                 header = next(reader)
             except StopIteration:
                 raise InputError(f"{p}: the file is empty; expected a header with {_COLS}") from None
-            names = [h.strip() for h in header]
-            missing = [c for c in REQUIRED_COLUMNS if c not in names]
-            if missing:
-                raise InputError(
-                    f"{p}: line 1: missing column(s) {', '.join(missing)}; "
-                    f"required: {', '.join(REQUIRED_COLUMNS)}"
-                )
-            col = {c: names.index(c) for c in REQUIRED_COLUMNS}
-            width = max(col.values()) + 1
-            pcol = names.index("params") if "params" in names else None
+            col = _header(p, header)
+            width = max(v for k, v in col.items() if k != "params") + 1
             for line_no, row in enumerate(reader, start=2):
                 if not row or all(not c.strip() for c in row):
                     continue
@@ -162,30 +210,33 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                     raise InputError(
                         f"{where}: column 't_hat' is {t}; it must be a fraction of tokens in [0, 1]"
                     )
-                loss = _parse_float(row[col["loss"]], where, "loss", allow_empty=True)
+                t = 0.0 if t < MIN_T_HAT else t
+                loss, diverged = _loss_value(_parse_float(row[col["loss"]], where, "loss", allow_empty=True),
+                                             where)
                 lr = _parse_float(row[col["lr"]], where, "lr", allow_empty=True)
-                if lr is not None and (not math.isfinite(lr) or lr < 0.0):
+                if lr is not None and not math.isfinite(lr):
                     raise InputError(f"{where}: column 'lr' is {lr}; it must be a non-negative finite number")
                 tau = _parse_float(row[col["tau"]], where, "tau", allow_empty=True)
                 if tau is not None and tau == math.inf:
                     tau = None
-                if tau is not None and (not math.isfinite(tau) or tau <= 0.0):
-                    raise InputError(f"{where}: column 'tau' is {tau}; give a positive number, or leave it "
-                                     "empty for no weight decay")
+                if tau is not None and (not math.isfinite(tau) or tau <= 0.0 or tau > MAX_TAU):
+                    raise InputError(f"{where}: column 'tau' is {tau}; give a positive number up to "
+                                     f"{MAX_TAU:g}, or leave it empty for no weight decay")
                 tpp = _parse_float(row[col["tpp"]], where, "tpp", allow_empty=False)
                 assert tpp is not None
-                if not math.isfinite(tpp) or tpp <= 0.0:
-                    raise InputError(f"{where}: column 'tpp' is {tpp}; it must be a positive number")
+                if not math.isfinite(tpp) or tpp <= 0.0 or tpp > MAX_TPP:
+                    raise InputError(f"{where}: column 'tpp' is {tpp}; it must be a positive number up to "
+                                     f"{MAX_TPP:g}")
                 params = None
-                if pcol is not None and pcol < len(row):
-                    params = _parse_float(row[pcol], where, "params", allow_empty=True)
+                if "params" in col and col["params"] < len(row):
+                    params = _parse_float(row[col["params"]], where, "params", allow_empty=True)
                     if params is not None and (not math.isfinite(params) or params <= 0.0):
                         raise InputError(f"{where}: column 'params' is {params}; give the model's parameter "
                                          "count N (a positive number), or leave it empty")
                 r = rows.get(run)
                 if r is None:
-                    r = rows[run] = {"t": [], "loss": [], "lr": [], "tau": tau, "tpp": tpp, "line": line_no,
-                                     "params": params}
+                    r = rows[run] = {"t": [], "loss": [], "lr": [], "lines": [], "tau": tau, "tpp": tpp,
+                                     "line": line_no, "diverged": [], "at": {}, "params": params}
                 else:
                     if r["params"] != params:
                         raise InputError(f"{where}: column 'params' changes within run {run!r} "
@@ -196,31 +247,71 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                     if not math.isclose(r["tpp"], tpp, rel_tol=1e-9):
                         raise InputError(f"{where}: column 'tpp' changes within run {run!r} "
                                          f"(line {r['line']} has {r['tpp']}); it is a per-run constant")
+                if diverged is not None:
+                    r["diverged"].append((t, diverged, line_no))
+                value = math.nan if diverged is not None else loss
+                prev = r["at"].get(t)
+                if prev is not None:
+                    i = prev
+                    old = r["loss"][i]
+                    has_old, has_new = not math.isnan(old), not math.isnan(value)
+                    if has_old and has_new and old != value:
+                        raise InputError(f"{where}: run {run!r} has a second row at t_hat={t:g} with loss "
+                                         f"{value:g} (line {r['lines'][i]} has {old:g}); keep one row per "
+                                         "point")
+                    if has_new and not has_old:
+                        r["loss"][i] = value
+                    if lr is not None and math.isnan(r["lr"][i]):
+                        r["lr"][i] = lr
+                    continue
+                r["at"][t] = len(r["t"])
                 r["t"].append(t)
-                r["loss"].append(math.nan if loss is None else loss)
+                r["loss"].append(value)
                 r["lr"].append(math.nan if lr is None else lr)
+                r["lines"].append(line_no)
     except UnicodeDecodeError as err:
         raise InputError(f"{p}: not a UTF-8 text CSV file ({err.reason})") from None
     except csv.Error as err:
         raise InputError(f"{p}: malformed CSV ({err})") from None
     if not rows:
         raise InputError(f"{p}: no data rows; expected one row per logged point")
-    curves = []
-    for run, r in rows.items():
-        t = np.asarray(r["t"], dtype=float)
-        loss = np.asarray(r["loss"], dtype=float)
-        lr = np.asarray(r["lr"], dtype=float)
-        order = np.argsort(t, kind="stable")
-        t, loss, lr = t[order], loss[order], lr[order]
-        finite_lr = lr[np.isfinite(lr)]
-        if finite_lr.size == 0 or finite_lr.max() <= 0.0:
-            raise InputError(f"{p}: line {r['line']}: run {run!r} has no positive value in column 'lr'; "
-                             "give the LR at its points (its schedule is lr/max(lr))")
-        curves.append(
-            Curve(run=run, t_hat=t, loss=loss, lr=lr, schedule=Schedule.from_data(t, lr), tau=r["tau"],
-                  tpp=float(r["tpp"]), params=r["params"])
-        )
-    return curves
+    return [_build_curve(p, run, r) for run, r in rows.items()]
+
+
+def _build_curve(p: Path, run: str, r: dict[str, Any]) -> Curve:
+    """One run's rows as a Curve: sorted by t̂, divergence applied, a rounding-negative lr read as 0."""
+    t = np.asarray(r["t"], dtype=float)
+    loss = np.asarray(r["loss"], dtype=float)
+    lr = np.asarray(r["lr"], dtype=float)
+    lines = np.asarray(r["lines"])
+    order = np.argsort(t, kind="stable")
+    t, loss, lr, lines = t[order], loss[order], lr[order], lines[order]
+    notes: list[str] = []
+    finite_lr = lr[np.isfinite(lr)]
+    peak = float(finite_lr.max()) if finite_lr.size else 0.0
+    if finite_lr.size == 0 or peak <= 0.0:
+        raise InputError(f"{p}: line {r['line']}: run {run!r} has no positive value in column 'lr'; "
+                         "give the LR at its points (its schedule is lr/max(lr))")
+    negative = np.flatnonzero(np.isfinite(lr) & (lr < 0.0))
+    if negative.size:
+        worst = int(negative[np.argmin(lr[negative])])
+        if lr[worst] < -LR_ROUNDING * peak:
+            raise InputError(f"{p}: line {lines[worst]}: column 'lr' is {lr[worst]:g}; it must be "
+                             f"non-negative (values above -{LR_ROUNDING:g} of the run's peak {peak:g} are "
+                             "read as 0)")
+        notes.append(f"{p}: run {run!r}: {negative.size} lr value(s) down to {lr[worst]:.8g} (line "
+                     f"{lines[worst]}) read as 0: within {LR_ROUNDING:g} of the peak {peak:g}, float "
+                     "rounding of a decay to zero")
+        lr[negative] = 0.0
+    diverged_at = None
+    if r["diverged"]:
+        first_t, what, line = min(r["diverged"])
+        diverged_at = float(first_t)
+        loss[t >= first_t] = math.nan
+        notes.append(f"{p}: line {line}: run {run!r} diverged at t_hat={first_t:g} ({what}); its points from "
+                     "there on are not used")
+    return Curve(run=run, t_hat=t, loss=loss, lr=lr, schedule=Schedule.from_data(t, lr), tau=r["tau"],
+                 tpp=float(r["tpp"]), diverged_at=diverged_at, notes=notes, params=r["params"])
 
 
 def _fmt(x: float | None) -> str:
@@ -230,25 +321,18 @@ def _fmt(x: float | None) -> str:
 
 
 def write_curves_csv(path: str | os.PathLike[str], curves: list[Curve]) -> None:
-    """Write curves in the CSV format above, atomically (temp file + os.replace).
+    """Write curves in the CSV format above with `collapse_hpo.predictors.atomic.atomic_write` (atomic,
+    fsynced, the old file's mode kept; InputError naming the path when it cannot be written).
 
     A curve without an ``lr`` array gets its schedule's η(t̂) (peak 1) in the lr column. The optional
     ``params`` column is written when any curve has a parameter count.
     """
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            sizes = any(c.params is not None for c in curves)
-            w.writerow(REQUIRED_COLUMNS + (("params",) if sizes else ()))
-            for c in curves:
-                lr = c.lr if c.lr is not None else np.asarray(c.schedule(c.t_hat), dtype=float)
-                extra = [_fmt(c.params)] if sizes else []
-                for t, loss, l_r in zip(c.t_hat, c.loss, lr):
-                    w.writerow([c.run, _fmt(t), _fmt(loss), _fmt(l_r), _fmt(c.tau), _fmt(c.tpp), *extra])
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    sizes = any(c.params is not None for c in curves)
+    with atomic_write(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(REQUIRED_COLUMNS + (("params",) if sizes else ()))
+        for c in curves:
+            lr = c.lr if c.lr is not None else np.asarray(c.schedule(c.t_hat), dtype=float)
+            extra = [_fmt(c.params)] if sizes else []
+            for t, loss, l_r in zip(c.t_hat, c.loss, lr):
+                w.writerow([c.run, _fmt(t), _fmt(loss), _fmt(l_r), _fmt(c.tau), _fmt(c.tpp), *extra])

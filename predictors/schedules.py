@@ -23,6 +23,9 @@ import numpy as np
 from collapse_hpo.predictors.errors import InputError
 
 KINDS = ("linear", "cosine", "wsd", "constant", "data")
+#: Relative size (of the peak lr) of a negative lr sample read as 0: float32 rounding at the end of a decay
+#: to zero (a linear decay logged in float32 ends at −4.8e-7 of a peak of 1).
+LR_ROUNDING = 1e-6
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,9 @@ class Schedule:
     def from_data(cls, t_hat: np.ndarray | list[float], lr: np.ndarray | list[float]) -> Schedule:
         """A ``data`` schedule from sampled LRs (any units): lr/max(lr) over t̂, interpolated.
 
-        Non-finite samples are dropped; repeated t̂ keep their last sample. Raises InputError when no positive
-        finite LR remains.
+        Non-finite samples are dropped; repeated t̂ keep their last sample. A sample below zero by less
+        than `LR_ROUNDING` of the peak is float rounding of a decay to zero and is read as 0. Raises
+        InputError when no positive finite LR remains, or for a clearly negative one.
         """
         t = np.asarray(t_hat, dtype=float).ravel()
         y = np.asarray(lr, dtype=float).ravel()
@@ -131,8 +135,10 @@ class Schedule:
         t, y = t[ok], y[ok]
         if t.size == 0 or np.max(y) <= 0.0:
             raise InputError("schedule: no positive finite lr values to build a schedule from")
+        y = np.where((y < 0) & (y >= -LR_ROUNDING * np.max(y)), 0.0, y)
         if np.any(y < 0):
-            raise InputError("schedule: lr values must be non-negative")
+            raise InputError(f"schedule: lr values must be non-negative, got {float(np.min(y)):g} (only "
+                             f"values within {LR_ROUNDING:g} of the peak below zero are read as 0)")
         order = np.argsort(t, kind="stable")
         t, y = t[order], y[order]
         # Keep the last sample of each repeated t̂.

@@ -30,16 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refresh the figure and notes, print where, and exit without serving")
 
 
-def _redact(url: str) -> str:
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
-    return url
-
-
 def run(args: argparse.Namespace) -> int:
     """Locate the storage, publish the review figure and notes, print the URL and serve."""
+    from collapse_hpo.hpo.urls import mask_url
     from collapse_hpo.predictors.errors import InputError
 
     if (args.sweep is None) == (args.storage is None):
@@ -57,12 +50,14 @@ def run(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         from collapse_hpo.hpo.config import load_sweep
-        from collapse_hpo.hpo.runner import check_storage, locate
+        from collapse_hpo.hpo.preflight import check_storage
+        from collapse_hpo.hpo.runner import locate
+        from collapse_hpo.hpo.urls import resolve_url
 
         sweep = load_sweep(args.sweep)
         loc = locate(sweep, args.results, no_prune=args.no_prune)
         check_storage(sweep, loc.storage_url, loc.results)
-        url = loc.storage_url
+        url = resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'")
         if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).is_file():
             raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run "
                              f"{sweep.source}` first")
@@ -70,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             studies = [optuna.load_study(study_name=loc.study_name, storage=url)]
             reference = sweep.pruner.reference.spec(sweep.base_dir())
         except KeyError:
-            raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {_redact(url)} yet: run "
+            raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {mask_url(url)} yet: run "
                              f"`collapse-hpo run {sweep.source}` first") from None
     else:
         url = args.storage
@@ -80,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             summaries = optuna.get_all_study_summaries(storage=url)
         except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise InputError(f"--storage {_redact(url)}: cannot open it ({first}); check the URL") from None
+            raise InputError(f"--storage {mask_url(url)}: cannot open it ({first}); check the URL") from None
         studies = [optuna.load_study(study_name=s.study_name, storage=url) for s in summaries]
     if not args.no_publish:
         for study in studies:
@@ -90,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.publish_only:
         return 0
     try:
-        dashboard.serve(url, args.host, args.port, shown=_redact(url))
+        dashboard.serve(url, args.host, args.port, shown=mask_url(url))
     except KeyboardInterrupt:
         return 0
     return 0

@@ -4,8 +4,10 @@ The reference is a complete run at the same controls (``--reference``, e.g. a sm
 normalized by its final loss) or a calibrated surrogate (``--surrogate``; ℓ̂ at the run's own schedule, τ and
 TPP). The rule is ``predictors.residuals``: early-align divisor on ``--align``, residual r(t̂) = L/c − ℓ_ref,
 alarm when r > ``--threshold`` for ``--persistence`` reports. The raw-loss rule (smoothed loss above its
-running minimum by ``--raw-margin``) is printed beside it. Exit status 1 when an alarm fired, 0 when not,
-2 on bad input.
+running minimum by ``--raw-margin``) is printed beside it. A run whose loss turns NaN or inf (or beyond any
+training loss) raises the alarm at that point: "diverged". Exit status 1 when an alarm fired, 0 when not,
+2 on bad input. With ``--follow`` it re-reads the file until every run has reached t̂ = 1 (its last row,
+with or without a loss) or diverged, or an alarm fired.
 """
 
 from __future__ import annotations
@@ -14,9 +16,7 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 HELP = "check a logged or live run against a reference curve and raise an alarm on deviation from collapse"
 
@@ -69,6 +69,9 @@ def _reference_fn(args: argparse.Namespace):
             raise InputError(f"{args.reference}: no run named {args.reference_run!r}; check --reference-run")
     elif len(refs) != 1:
         raise InputError(f"{args.reference}: holds {len(refs)} runs; pick one with --reference-run")
+    if refs[0].diverged_at is not None:
+        raise InputError(f"{args.reference}: reference run {refs[0].run!r} diverged at "
+                         f"t_hat={refs[0].diverged_at:g}; give a clean, complete run")
     try:
         ref = normalized_reference(refs[0].t_hat, refs[0].loss, smooth=args.smooth)
     except InputError as err:
@@ -79,11 +82,13 @@ def _reference_fn(args: argparse.Namespace):
 
 
 def _check_all(args: argparse.Namespace, rule, ref_of) -> list[tuple]:
+    from collapse_hpo.hpo.commands._common import print_notes
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.residuals import raw_loss_alarm, residuals
 
     curves = read_curves_csv(args.curves)
+    print_notes("monitor", curves)
     if args.run:
         missing = [r for r in args.run if r not in {c.run for c in curves}]
         if missing:
@@ -112,11 +117,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"monitor: --interval must be positive, got {args.interval}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise InputError(f"monitor: output folder of {args.csv} does not exist; create it first")
+    from collapse_hpo.hpo.commands._common import check_outputs
+
+    check_outputs(args.csv, what="residual CSV")
     ref_of = _reference_fn(args)
     while True:
         results = _check_all(args, rule, ref_of)
-        done = all(c.complete for c, _, _ in results)
-        fired = any(res.alarm.fired for _, res, _ in results)
+        done = all(_ended(c) for c, _, _ in results)
+        fired = any(res.alarm.fired or c.diverged_at is not None for c, res, _ in results)
         if not args.follow or done or fired:
             break
         last = max((c.last_t_hat for c, _, _ in results), default=float("nan"))
@@ -127,22 +135,30 @@ def run(args: argparse.Namespace) -> int:
         r = res.residual[np.isfinite(res.residual)]
         rmax = f"{r.max():.4f}" if r.size else "-"
         at = f"{res.alarm.t_hat:.3f}" if res.alarm.fired else "-"
+        if c.diverged_at is not None and not (res.alarm.fired and res.alarm.t_hat <= c.diverged_at):
+            at = f"{c.diverged_at:.3f}"
         rw = f"{raw.t_hat:.3f}" if raw.fired else "-"
         div = f"{res.divisor:.4f}" if math.isfinite(res.divisor) else "-"
         print(f"{c.run:<28} {c.last_t_hat:>6.3f} {div:>9} {rmax:>8} {at:>8} {rw:>10}")
+        if c.diverged_at is not None:
+            print(f"  diverged: the loss is not finite from t_hat={c.diverged_at:.3f} on: alarm")
         print(f"  collapse: {res.alarm.reason}")
         print(f"  raw loss: {raw.reason}")
     if args.csv:
-        path = Path(args.csv)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write("run,t_hat,residual\n")
-                for c, res, _ in results:
-                    for t, v in zip(res.t_hat, res.residual):
-                        fh.write(f"{c.run},{t:.6g},{'' if not math.isfinite(v) else f'{v:.6g}'}\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        import csv
+
+        from collapse_hpo.predictors.atomic import atomic_write
+
+        with atomic_write(args.csv, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["run", "t_hat", "residual"])
+            for c, res, _ in results:
+                for t, v in zip(res.t_hat, res.residual):
+                    w.writerow([c.run, f"{t:.6g}", "" if not math.isfinite(v) else f"{v:.6g}"])
     return 1 if fired else 0
+
+
+def _ended(c) -> bool:
+    """The run has nothing more to log: a loss at t̂ ≥ 0.99, a last row at t̂ ≥ 0.99, or it diverged."""
+    reached = bool(c.t_hat.size) and float(c.t_hat.max()) >= 0.99
+    return c.complete or reached or c.diverged_at is not None

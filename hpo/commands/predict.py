@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.predict import predict_final_loss
+    from collapse_hpo.predictors.predict import Prediction, predict_final_loss
     from collapse_hpo.predictors.surrogate import Surrogate
 
     if not (0.0 < args.fraction <= 1.0):
@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if not (0.0 <= min_fraction <= 1.0):
         raise InputError(f"--min-fraction must be in [0, 1], got {args.min_fraction}")
     surrogate = Surrogate.load(args.surrogate)
+    from collapse_hpo.hpo.commands._common import print_notes
+
     curves = read_curves_csv(args.curves)
+    print_notes("predict", curves)
     results = []
     for c in curves:
         ok = np.isfinite(c.loss)
@@ -77,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             params=c.params,
         )
+        diverged = c.diverged_at is not None and c.diverged_at <= args.fraction + 1e-9
+        if diverged:  # never predicted from the points before: the run is lost
+            pred = Prediction(final_loss=None, low=None, high=None, fraction=float(c.diverged_at), n_points=0,
+                              reason=f"the run diverged at t_hat={c.diverged_at:g} (a NaN, inf or huge loss)")
         row: dict = {
             "run": c.run,
             "fraction": pred.fraction,
@@ -88,11 +95,12 @@ def run(args: argparse.Namespace) -> int:
             "size_correction": pred.size_bias,
             "extrapolation": pred.extrapolation,
         }
-        if c.complete:
+        if c.complete and c.diverged_at is None:
             actual = c.final_loss
             row["actual_final_loss"] = actual
             row["error"] = (pred.final_loss / actual - 1.0) if pred.ok and actual > 0 else None
-        results.append(row)
+        results.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                        for k, v in row.items()})
     if args.json:
         for row in results:
             print(json.dumps(row, allow_nan=False))

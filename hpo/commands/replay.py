@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.csv, args.plot):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise InputError(f"replay: output folder of {out} does not exist; create it first")
-    sweep = make_sweep(read_curves_csv(args.curves), n_reports=args.reports,
+    from collapse_hpo.hpo.commands._common import check_outputs, print_notes
+
+    check_outputs(args.csv, args.plot, what="replay output")
+    curves = read_curves_csv(args.curves)
+    print_notes("replay", curves)
+    sweep = make_sweep(curves, n_reports=args.reports,
                        name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
     surrogate = None
     needs = [n for n in chosen if n in peers.REFERENCE_PRUNERS]

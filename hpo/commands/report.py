@@ -20,15 +20,18 @@ def run(args: argparse.Namespace) -> int:
 
     from collapse_hpo.hpo.commands.run import finish
     from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.runner import check_storage, locate, open_study
+    from collapse_hpo.hpo.preflight import check_for_report
+    from collapse_hpo.hpo.runner import locate, open_study
+    from collapse_hpo.predictors.atomic import clean_stale_tmp
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep = load_sweep(args.sweep)
     loc = locate(sweep, args.results, no_prune=args.no_prune)
-    check_storage(sweep, loc.storage_url, loc.results)
+    check_for_report(sweep, loc.results, loc.storage_url)
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
         from collapse_hpo.predictors.errors import InputError
 
         raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
     study = open_study(sweep, loc)
+    clean_stale_tmp(loc.results)
     return finish(study, sweep, loc)

@@ -29,9 +29,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finish(study, sweep, loc) -> int:
-    """Write the report files, publish the dashboard figure and notes, print the table and the summary."""
+    """Write the report files, publish the dashboard figure and notes, print the table and the summary.
+
+    Returns the exit status: 0, or 1 when every trial of the sweep FAILed (with one line on stderr saying
+    so): such a sweep found nothing and must not look like a success to a script or CI."""
+    import sys
+
     from collapse_hpo.hpo.report import write_report
-    from collapse_hpo.hpo.runner import unpruned_tokens
+    from collapse_hpo.hpo.runner import all_failed, unpruned_tokens
 
     table, lines = write_report(study, loc.results, unpruned_tokens(sweep, study), sweep.reference_path(),
                                 title=loc.study_name)
@@ -41,6 +46,10 @@ def finish(study, sweep, loc) -> int:
     note = publish_dashboard(study, sweep, loc)
     if note:
         print(note)
+    failed = all_failed(study)
+    if failed is not None:
+        print(f"collapse-hpo: error: {sweep.source}: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -200,6 +198,7 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collapse_hpo.hpo.commands._common import check_outputs
     from collapse_hpo.predictors.curves import read_curves_csv, write_curves_csv
     from collapse_hpo.trainers.config import plan
     from collapse_hpo.trainers.train import train
@@ -207,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.parent.exists() and str(out.parent):
         raise InputError(f"-o {out}: folder {out.parent} does not exist; create it first")
+    check_outputs(args.output, what="curve")
+    check_outputs(args.metadata, what="metadata")
     config = build_config(args)
     existing = read_curves_csv(out) if args.append and out.exists() else []
     p = plan(config)
@@ -227,13 +228,10 @@ def run(args: argparse.Namespace) -> int:
     curves = [c for c in existing if c.run != name] + [result.to_curve(name)]
     write_curves_csv(out, curves)
     if args.metadata:
-        meta_path = Path(args.metadata)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{meta_path.name}.", dir=meta_path.parent if str(meta_path.parent) else "."
-        )
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        from collapse_hpo.predictors.atomic import atomic_write
+
+        with atomic_write(args.metadata) as fh:
             json.dump({"run": name, **result.metadata}, fh, indent=2, default=str)
-        os.replace(tmp, meta_path)
     val = result.final_val_loss
     print(
         f"{name}: final_loss {result.final_loss:.4f}"

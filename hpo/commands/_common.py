@@ -1,0 +1,25 @@
+"""What the curve commands share: printing the reader's notes, and checking output paths before any work."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+
+def print_notes(command: str, curves: Iterable[Any]) -> None:
+    """Print each curve's reader notes (``Curve.notes``: a value read differently, a diverged run) to stderr,
+    one line each, as ``collapse-hpo COMMAND: note: ...``."""
+    for c in curves:
+        for note in getattr(c, "notes", []):
+            print(f"collapse-hpo {command}: note: {note}", file=sys.stderr)
+
+
+def check_outputs(*paths: str | None, what: str = "output") -> None:
+    """Check, before any work, that each given output path can be written (its folder exists and is
+    writable; it is not a folder). InputError (one line) otherwise."""
+    from collapse_hpo.predictors.atomic import check_writable_file
+
+    for p in paths:
+        if p:
+            check_writable_file(p, what)

@@ -5,8 +5,8 @@ reference scales n0 and d0 (the geometric means of the fit set), so its constant
 
     L(N, D) = e + a · (N/n0)^(−α) + b · (D/d0)^(−β)        (Chinchilla's A = a · n0^α, B = b · d0^β)
 
-Fitting (`fit_scaling_law`): for fixed (α, β) the law is linear in (e, a, b), so a grid over the exponents with
-non-negative least squares finds a start, and lmfit refines all five constants on log residuals
+Fitting (`fit_scaling_law`): for fixed (α, β) the law is linear in (e, a, b), so a grid over the exponents
+with non-negative least squares finds a start, and lmfit refines all five constants on log residuals
 log L_obs − log L(N, D). Runs of one size share their size effect, so sizes are the independent units:
 
 - at least 3 distinct sizes are needed (2 when α is fixed by the caller), else `InputError`;
@@ -17,8 +17,8 @@ log L_obs − log L(N, D). Runs of one size share their size effect, so sizes ar
   residuals (fewer), each replicate's law combined with every fit residual (a new run scatters like the
   reference runs did, e.g. by seed);
 - an extrapolation check: the law refitted without the largest reference size predicts that size; the miss
-  |log(actual/predicted)| (``extrapolation_error``) widens the interval on both sides for a forecast beyond the
-  reference sizes, where the bootstrap alone does not see the law's bias (qiu mlp, BENCHMARKS.md §7).
+  |log(actual/predicted)| (``extrapolation_error``) widens the interval on both sides for a forecast beyond
+  the reference sizes, where the bootstrap alone does not see the law's bias (qiu mlp, BENCHMARKS.md §7).
 
 The law models whatever final losses it is given; `calibrate` gives it L(1) divided by the surrogate's raw(1),
 so one law serves several schedule shapes (see ``target``).
@@ -117,9 +117,9 @@ class ScalingLaw:
             lo, hi = self.tpp_range[0] / MIN_TPP_RANGE, self.tpp_range[1] * MIN_TPP_RANGE
             if not lo <= tpp <= hi:
                 raise InputError(
-                    f"scaling law: fitted at one TPP ({self.tpp_range[0]:.4g} to {self.tpp_range[1]:.4g} tokens "
-                    f"per parameter), so it cannot forecast TPP {tpp:.4g}; calibrate on references with "
-                    "several TPPs"
+                    f"scaling law: fitted at one TPP ({self.tpp_range[0]:.4g} to {self.tpp_range[1]:.4g} "
+                    f"tokens per parameter), so it cannot forecast TPP {tpp:.4g}; calibrate on references "
+                    "with several TPPs"
                 )
 
     def _value(self, c: np.ndarray, params: float, tokens: float) -> np.ndarray:
@@ -348,7 +348,8 @@ def fit_scaling_law(
     extrapolation = None
     rest = size_of < sizes[-1]
     if np.unique(size_of[rest]).size >= need:
-        c_rest = _refine(x[rest], y[rest], L[rest], _start(x[rest], y[rest], L[rest], full, alpha), full, alpha)
+        s_rest = _start(x[rest], y[rest], L[rest], full, alpha)
+        c_rest = _refine(x[rest], y[rest], L[rest], s_rest, full, alpha)
         top = ~rest
         pred_top = c_rest[0] + c_rest[1] * x[top] ** (-c_rest[2]) + c_rest[3] * y[top] ** (-c_rest[4])
         extrapolation = float(abs(np.mean(np.log(L[top] / pred_top))))

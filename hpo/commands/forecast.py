@@ -1,4 +1,4 @@
-"""`collapse-hpo forecast --surrogate S.json --params N --tokens D`: a run's whole loss curve before training."""
+"""`collapse-hpo forecast --surrogate S.json --params N --tokens D`: a run's loss curve before training."""
 
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="AdamW timescale B/(eta lambda D) as a fraction of training, or 'none' (no weight decay); "
         "or give --lr, --batch-tokens and --weight-decay instead",
     )
-    parser.add_argument("--lr", type=float, default=None, help="peak LR of the hidden matrices (with --tau unset)")
+    parser.add_argument("--lr", type=float, default=None, help="peak LR of the hidden matrices (no --tau)")
     parser.add_argument("--batch-tokens", type=float, default=None, help="tokens per optimizer step")
-    parser.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay lambda (0: none)")
+    parser.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (0: none)")
     parser.add_argument("--csv", default=None, metavar="OUT.csv", help="write the curve and its band as CSV")
     parser.add_argument("--plot", default=None, metavar="OUT.png", help="write a plot of the curve and band")
     parser.add_argument(
-        "--json", action="store_true", help="print one JSON object (final_loss, low, high, ...) instead of text"
+        "--json", action="store_true", help="print one JSON object (final_loss, low, high, ...), not text"
     )
 
 
@@ -63,7 +63,7 @@ def _tau(args: argparse.Namespace) -> float | None:
     if all(v is None for v in trio):
         return None
     if any(v is None for v in trio):
-        raise InputError("--lr, --batch-tokens and --weight-decay go together (they give tau = B/(eta lambda D))")
+        raise InputError("--lr, --batch-tokens and --weight-decay go together (tau = B/(eta lambda D))")
     tau = adamw_tau(args.batch_tokens, args.lr, args.weight_decay, args.tokens)
     return None if math.isinf(tau) else tau
 
@@ -77,7 +77,8 @@ def _csv_text(fc) -> str:
     lr = fc.schedule(fc.t_hat)
     tau = "" if fc.tau is None else repr(float(fc.tau))
     for t, y, e, lo, hi in zip(fc.t_hat, fc.loss, lr, fc.loss_low, fc.loss_high):
-        out.write(f"forecast,{t!r},{y!r},{float(e)!r},{tau},{fc.tpp!r},{lo!r},{hi!r}\n")
+        vals = ",".join(repr(float(v)) for v in (t, y, e))
+        out.write(f"forecast,{vals},{tau},{float(fc.tpp)!r},{float(lo)!r},{float(hi)!r}\n")
     return out.getvalue()
 
 

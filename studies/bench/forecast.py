@@ -6,17 +6,19 @@ Families (data read in place from ../shared/extdata, loaders shared with studies
 
 - qiu_supercollapse chess and mlp: calibrate (surrogate + law, sizes N from ``<task>_runs.csv``) on the 7
   smaller widths × 5 seeds, forecast the largest width's 5 seeds before training;
-- mpl_luo2025: calibrate on 25M and 100M, forecast 400M on all 9 schedules: "mpl" calibrates on the authors'
-  fit split only (cosine_24000, constant_24000, wsdcon_9: size and schedule transfer), "mpl (all 9)" on all 9
-  schedules of 25M and 100M (size transfer only; 72k-step runs widen the token range). Two sizes cannot fix α, so α is fixed at Chinchilla's published 0.34
-  (Hoffmann et al. 2022), a prior from outside this data; without it `calibrate` says it cannot fit a law;
+- mpl_luo2025: calibrate on 25M and 100M, forecast 400M on all 9 schedules. The surrogate is calibrated on the
+  authors' fit split (cosine_24000, constant_24000, wsdcon_9); "mpl" fits the law on those runs' finals too
+  (size and schedule transfer), "mpl (all 9)" on the finals of all 9 schedules of 25M and 100M (their
+  72k-step runs widen the token range the law sees). Two sizes cannot fix α, so α is fixed at Chinchilla's
+  published 0.34 (Hoffmann et al. 2022), a prior from outside this data; without it `calibrate` says it
+  cannot fit a law;
 - gemstones_mcleish2025: the cooldown endpoints (final losses after a cooldown, ~10 token budgets per model)
   of the models below 1.5B parameters fit the law alone; the three ≈2B models are forecast. There are no
   cooldown curves, so only the final loss is measured.
 
 Per held-out run: the final-loss error |forecast/actual − 1|, whether the actual final loss is inside the 90%
-interval, and the whole-curve MAE mean |L_forecast(t̂) − L(t̂)| / L(1) over the logged t̂ ∈ [0.2, 1] (the units of
-the surrogate's normalized-curve MAE). "law alone" fits the same law to the raw final losses, without the
+interval, and the whole-curve MAE mean |L_forecast(t̂) − L(t̂)| / L(1) over the logged t̂ ∈ [0.2, 1] (the units
+of the surrogate's normalized-curve MAE). "law alone" fits the same law to the raw final losses, without the
 surrogate's schedule factor raw(1).
 """
 
@@ -37,7 +39,7 @@ from predictor import MPL_FIT, REPO, Run, load_family  # noqa: E402
 
 from collapse_hpo.predictors.calibrate import calibrate  # noqa: E402
 from collapse_hpo.predictors.errors import InputError  # noqa: E402
-from collapse_hpo.predictors.forecast import forecast  # noqa: E402
+from collapse_hpo.predictors.forecast import forecast, reference_law  # noqa: E402
 from collapse_hpo.predictors.scaling_law import fit_scaling_law  # noqa: E402
 
 CHINCHILLA_ALPHA = 0.34
@@ -67,9 +69,18 @@ def curve_mae(fc_t: np.ndarray, fc_loss: np.ndarray, run: Run) -> float:
 
 
 def evaluate_curves(
-    family: str, train: list[Run], test: list[Run], sizes: dict[str, float], alpha: float | None
+    family: str,
+    train: list[Run],
+    test: list[Run],
+    sizes: dict[str, float],
+    alpha: float | None,
+    law_runs: list[Run] | None = None,
 ) -> dict:
-    """Calibrate surrogate + law on ``train``; forecast every run of ``test`` before training."""
+    """Calibrate surrogate + law on ``train``; forecast every run of ``test`` before training.
+
+    ``law_runs``: refit the law (and the law-alone comparison) on these runs' final losses instead of
+    ``train``'s, with the surrogate calibrated on ``train``.
+    """
     t0 = time.perf_counter()
     cal = calibrate(
         [r.curve for r in train],
@@ -78,12 +89,16 @@ def evaluate_curves(
         law_alpha=alpha,
     )
     s = cal.surrogate
+    if law_runs is not None:
+        s.scaling_law, _ = reference_law(s, [r.curve for r in law_runs], [sizes[r.size] for r in law_runs],
+                                         alpha=alpha)
     law = s.scaling_law
     assert law is not None, cal.notes
+    fit_runs = train if law_runs is None else law_runs
     alone = fit_scaling_law(
-        [sizes[r.size] for r in train],
-        [r.curve.tpp * sizes[r.size] for r in train],
-        [r.curve.final_loss for r in train],
+        [sizes[r.size] for r in fit_runs],
+        [r.curve.tpp * sizes[r.size] for r in fit_runs],
+        [r.curve.final_loss for r in fit_runs],
         alpha=alpha,
     )
     rows = []
@@ -162,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--extdata",
         default=str(REPO.parent / "shared" / "extdata"),
-        help="folder with qiu_supercollapse/, mpl_luo2025/, gemstones_mcleish2025/ (default ../shared/extdata)",
+        help="folder with qiu_supercollapse/, mpl_luo2025/, gemstones_mcleish2025/",
     )
     args = parser.parse_args(argv)
     ext = Path(args.extdata)
@@ -191,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mpl from 25M and 100M with alpha free: {err} (so alpha is fixed at {CHINCHILLA_ALPHA})")
     test400 = [r for r in mpl if r.size == "400"]
     results.append(evaluate_curves("mpl", mpl_fit, test400, sizes, CHINCHILLA_ALPHA))
-    res = evaluate_curves("mpl", [r for r in mpl if r.size != "400"], test400, sizes, CHINCHILLA_ALPHA)
+    res = evaluate_curves("mpl", mpl_fit, test400, sizes, CHINCHILLA_ALPHA,
+                          law_runs=[r for r in mpl if r.size != "400"])
     res["label"] = "mpl (all 9)"
     results.append(res)
     gem = gemstones(ext)

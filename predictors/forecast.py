@@ -7,9 +7,9 @@ losses differ by the ratio of their raw(1). The law is therefore fitted on L(1)/
 
     L(1) = law(N, D) · raw(1; schedule, τ, D/N),        L(t̂) = L(1) · ℓ̂(t̂; schedule, τ, D/N),
 
-with the law's bootstrap prediction interval on L(1) carried along the curve (low · ℓ̂, high · ℓ̂). The band
-does not add the surrogate's shape error (its fit MAE, stored in ``surrogate.info``), which is below the
-final-loss interval wherever the law has been measured (BENCHMARKS.md §7).
+with the law's bootstrap prediction interval on L(1) carried along the curve (low · ℓ̂, high · ℓ̂). The band is
+the uncertainty of L(1) only: the surrogate's shape error at a new size (0.3–1.3% of L(1) on held-out sizes,
+BENCHMARKS.md §7) is not in it, so before t̂ = 1 the band can be narrower than the real miss.
 """
 
 from __future__ import annotations

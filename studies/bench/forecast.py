@@ -4,8 +4,8 @@
 
 Families (data read in place from ../shared/extdata, loaders shared with studies/bench/predictor.py):
 
-- qiu_supercollapse chess and mlp: calibrate (surrogate + law, sizes N from ``<task>_runs.csv``) on the 7
-  smaller widths × 5 seeds, forecast the largest width's 5 seeds before training;
+- qiu_supercollapse chess and mlp: calibrate (surrogate + law; the loaders give each curve its size N) on
+  the 7 smaller widths × 5 seeds, forecast the largest width's 5 seeds before training;
 - mpl_luo2025: calibrate on 25M and 100M, forecast 400M on all 9 schedules. The surrogate is calibrated on the
   authors' fit split (cosine_24000, constant_24000, wsdcon_9); "mpl" fits the law on those runs' finals too
   (size and schedule transfer), "mpl (all 9)" on the finals of all 9 schedules of 25M and 100M (their
@@ -18,8 +18,10 @@ Families (data read in place from ../shared/extdata, loaders shared with studies
 
 Per held-out run: the final-loss error |forecast/actual − 1|, whether the actual final loss is inside the 90%
 interval, and the whole-curve MAE mean |L_forecast(t̂) − L(t̂)| / L(1) over the logged t̂ ∈ [0.2, 1] (the units
-of the surrogate's normalized-curve MAE). "law alone" fits the same law to the raw final losses, without the
-surrogate's schedule factor raw(1).
+of the surrogate's normalized-curve MAE); "shapeMAE" is the same with the forecast rescaled to the true L(1)
+(the shape's share of the miss, comparable with the paper's transfer figures); "fitMAE" is the calibrated
+surrogate's mean normalized-curve MAE on its own reference curves (the target is curve MAE ≤ 2 × fitMAE).
+"law alone" fits the same law to the raw final losses, without the surrogate's schedule factor raw(1).
 """
 
 from __future__ import annotations
@@ -43,21 +45,12 @@ from collapse_hpo.predictors.forecast import forecast, reference_law  # noqa: E4
 from collapse_hpo.predictors.scaling_law import fit_scaling_law  # noqa: E402
 
 CHINCHILLA_ALPHA = 0.34
-MPL_PARAMS = {"25": 25e6, "100": 100e6, "400": 400e6}
 PAPER = (
     "paper (Bergsma et al., METHOD.md §3): normalized-curve MAE when the surrogate fitted at 111M transfers: "
     "0.75% 266M, 1.07% 610M, 0.66% 1.7B, 0.54% 3.3B (per-curve best fit 0.50%); it gives no final-loss "
     "forecast"
 )
 TARGETS = {"chess": 0.01, "mlp": 0.01, "mpl": 0.02}
-
-
-def qiu_params(extdata: Path, task: str) -> dict[str, float]:
-    """Width (as the Run.size string) -> parameters N, from the runs file."""
-    import pandas as pd
-
-    runs = pd.read_csv(extdata / "qiu_supercollapse" / f"{task}_runs.csv").drop_duplicates("D")
-    return {str(r.D): float(r.P) for r in runs.itertuples()}
 
 
 def curve_mae(fc_t: np.ndarray, fc_loss: np.ndarray, run: Run) -> float:
@@ -72,7 +65,6 @@ def evaluate_curves(
     family: str,
     train: list[Run],
     test: list[Run],
-    sizes: dict[str, float],
     alpha: float | None,
     law_runs: list[Run] | None = None,
 ) -> dict:
@@ -85,25 +77,24 @@ def evaluate_curves(
     cal = calibrate(
         [r.curve for r in train],
         groups=[r.size for r in train],
-        params=[sizes[r.size] for r in train],
         law_alpha=alpha,
     )
     s = cal.surrogate
     if law_runs is not None:
-        s.scaling_law, _ = reference_law(s, [r.curve for r in law_runs], [sizes[r.size] for r in law_runs],
+        s.scaling_law, _ = reference_law(s, [r.curve for r in law_runs], [r.curve.params for r in law_runs],
                                          alpha=alpha)
     law = s.scaling_law
     assert law is not None, cal.notes
     fit_runs = train if law_runs is None else law_runs
     alone = fit_scaling_law(
-        [sizes[r.size] for r in fit_runs],
-        [r.curve.tpp * sizes[r.size] for r in fit_runs],
+        [r.curve.params for r in fit_runs],
+        [r.curve.tpp * r.curve.params for r in fit_runs],
         [r.curve.final_loss for r in fit_runs],
         alpha=alpha,
     )
     rows = []
     for r in test:
-        c, n = r.curve, sizes[r.size]
+        c, n = r.curve, r.curve.params
         d = c.tpp * n
         t = np.unique(np.r_[np.linspace(0.01, 1.0, 400), c.t_hat[(c.t_hat > 0) & (c.t_hat <= 1)]])
         fc = forecast(s, n, d, schedule=c.schedule, tau=c.tau, t_hat=t)
@@ -115,6 +106,7 @@ def evaluate_curves(
                 "err": fc.final_loss / actual - 1,
                 "inside": fc.low <= actual <= fc.high,
                 "mae": curve_mae(fc.t_hat, fc.loss, r),
+                "shape_mae": curve_mae(fc.t_hat, fc.loss * actual / fc.final_loss, r),
                 "alone_err": alone.predict(n, d) / actual - 1,
                 "alone_inside": lo_a <= actual <= hi_a,
                 "width": (fc.high - fc.low) / fc.final_loss,
@@ -167,6 +159,7 @@ def summarize(res: dict) -> dict:
     }
     if "mae" in rows[0]:
         out["mae"] = float(np.mean([r["mae"] for r in rows]))
+        out["shape_mae"] = float(np.mean([r["shape_mae"] for r in rows]))
         out["alone_err"] = float(np.mean([abs(r["alone_err"]) for r in rows]))
         out["alone_cover"] = float(np.mean([r["alone_inside"] for r in rows]))
     return out
@@ -191,22 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for task in ("chess", "mlp"):
         runs = load_family(ext, task)
-        sizes = qiu_params(ext, task)
         largest = max({r.size for r in runs}, key=float)
         results.append(evaluate_curves(
-            task, [r for r in runs if r.size != largest], [r for r in runs if r.size == largest], sizes, None
+            task, [r for r in runs if r.size != largest], [r for r in runs if r.size == largest], None
         ))
     mpl = load_family(ext, "mpl")
-    sizes = dict(MPL_PARAMS)
     mpl_fit = [r for r in mpl if r.size != "400" and r.schedule in MPL_FIT]
     try:
-        fit_scaling_law([sizes[r.size] for r in mpl_fit], [r.curve.tpp * sizes[r.size] for r in mpl_fit],
+        fit_scaling_law([r.curve.params for r in mpl_fit], [r.curve.tpp * r.curve.params for r in mpl_fit],
                         [r.curve.final_loss for r in mpl_fit], n_boot=0)
     except InputError as err:
         print(f"mpl from 25M and 100M with alpha free: {err} (so alpha is fixed at {CHINCHILLA_ALPHA})")
     test400 = [r for r in mpl if r.size == "400"]
-    results.append(evaluate_curves("mpl", mpl_fit, test400, sizes, CHINCHILLA_ALPHA))
-    res = evaluate_curves("mpl", mpl_fit, test400, sizes, CHINCHILLA_ALPHA,
+    results.append(evaluate_curves("mpl", mpl_fit, test400, CHINCHILLA_ALPHA))
+    res = evaluate_curves("mpl", mpl_fit, test400, CHINCHILLA_ALPHA,
                           law_runs=[r for r in mpl if r.size != "400"])
     res["label"] = "mpl (all 9)"
     results.append(res)
@@ -222,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n# summary (mean over held-out runs)")
     head = (f"{'family':<11} {'n':>3} {'err%':>6} {'max%':>6} {'target':>7} {'cover90':>8} {'curveMAE%':>10} "
-            f"{'fitMAE%':>8} {'2xfit':>6} {'alone err%':>10} {'alone cov':>9}")
+            f"{'shapeMAE%':>9} {'fitMAE%':>8} {'2xfit':>6} {'alone err%':>10} {'alone cov':>9}")
     print(head)
     for res in [*results, gem]:
         m = summarize(res)
@@ -231,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{f:<11} {m['n']:>3} {_pct(m['err']):>6} {_pct(m['max_err']):>6} "
             f"{'-' if tgt is None else _pct(tgt):>7} {m['cover']:>8.2f} {_pct(m.get('mae', math.nan)):>10} "
+            f"{_pct(m.get('shape_mae', math.nan)):>9} "
             f"{_pct(res.get('fit_mae', math.nan)):>8} {_pct(2 * res.get('fit_mae', math.nan)):>6} "
             f"{_pct(m.get('alone_err', math.nan)):>10} {m.get('alone_cover', math.nan):>9.2f}"
         )

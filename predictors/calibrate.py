@@ -823,6 +823,9 @@ def calibrate(
     }
     if params is None and all(c.params is not None for c in curves):
         params = [float(c.params) for c in curves if c.params is not None]
+    elif params is None and any(c.params is not None for c in curves):
+        notes.append("no scaling law: some runs have no params (model size); `forecast` cannot be used")
+        surrogate.info["notes"] = list(notes)
     if params is not None:
         from collapse_hpo.predictors.forecast import reference_law
 

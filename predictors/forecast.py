@@ -177,6 +177,10 @@ def forecast(
         notes.append(
             f"N = {params:.4g} is outside the reference sizes {n_lo:.4g} to {n_hi:.4g}: the law extrapolates"
         )
+    t_lo, t_hi = law.tpp_range
+    if law.kind == "full" and not t_lo <= tpp <= t_hi:
+        notes.append(f"TPP {tpp:.4g} is outside the reference TPPs {t_lo:.4g} to {t_hi:.4g}: the law "
+                     "extrapolates")
     scale = raw_end(surrogate, sched, tau, tpp) if law.target == "final_over_raw1" else 1.0
     final = law.predict(params, tokens) * scale
     lo, hi = law.interval(params, tokens, confidence)

@@ -102,6 +102,8 @@ def test_text_output(example, capsys):
     (["--tau", "0.1", "--surrogate", "{d}/old.json"], "no scaling law"),
     (["--tau", "0.1", "--surrogate", "{d}/missing.json"], "no such surrogate"),
     (["--tau", "0.1", "--params", "-5"], "params must be a positive"),
+    (["--tau", "0.1", "--params", "nan"], "params must be a positive"),
+    (["--tau", "0.1", "--csv", "{d}"], "is a folder"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(example, capsys, extra, expect):
     d, _ = example

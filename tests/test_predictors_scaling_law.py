@@ -154,6 +154,7 @@ def test_calibrate_with_sizes_fits_the_law_and_forecast_gives_the_curve():
     np.testing.assert_allclose(fc.loss, fc.final_loss * s.normalized(fc.t_hat, Schedule(), 0.1, 40.0))
     assert np.all(fc.loss_low <= fc.loss) and np.all(fc.loss <= fc.loss_high)
     assert any("outside the reference sizes" in note for note in fc.notes)
+    assert any("outside the reference TPPs" in note for note in forecast(s, n, n * 200.0, tau=0.1).notes)
     # a constant-LR run ends higher than a decayed one, by the surrogate's raw(1) ratio
     const = forecast(s, n, d, tau=0.1, schedule="constant")
     assert const.final_loss / fc.final_loss == pytest.approx(
@@ -172,3 +173,9 @@ def test_calibrate_with_two_sizes_says_it_cannot_and_forecast_refuses():
         forecast(cal.surrogate, 1e9, 2e10, tau=0.1)
     with pytest.raises(InputError, match="no model size"):
         calibrate(keep, params={keep[0].run: 1e7}, free_m=False, folds=2)
+    # sizes on some curves only: no law, and the notes say why
+    partial = [c.truncated(1.0) for c in curves]
+    for c in partial:
+        c.params = params[c.run] if c.run.startswith("s_") else None
+    cal = calibrate(partial, free_m=False, folds=2)
+    assert cal.surrogate.scaling_law is None and any("some runs have no params" in n for n in cal.notes)

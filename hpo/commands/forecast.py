@@ -132,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
     outs = [Path(p) for p in (args.csv, args.plot) if p is not None]
     for p in outs:
+        if p.is_dir():
+            raise InputError(f"{p}: is a folder; give a file path")
         if not p.parent.is_dir():
             raise InputError(f"{p}: folder {p.parent} does not exist; create it or choose another path")
     kind = args.schedule.strip().lower()

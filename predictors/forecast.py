@@ -177,6 +177,11 @@ def forecast(
         notes.append(
             f"N = {params:.4g} is outside the reference sizes {n_lo:.4g} to {n_hi:.4g}: the law extrapolates"
         )
+    if law.extrapolation_error is None:
+        notes.append(
+            f"the law was fitted on {law.n_sizes} sizes, too few to check it on a held-out size: the "
+            "interval is the fit's scatter only and can be far too narrow (BENCHMARKS.md §7)"
+        )
     t_lo, t_hi = law.tpp_range
     if law.kind == "full" and not t_lo <= tpp <= t_hi:
         notes.append(f"TPP {tpp:.4g} is outside the reference TPPs {t_lo:.4g} to {t_hi:.4g}: the law "

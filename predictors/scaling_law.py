@@ -172,6 +172,8 @@ class ScalingLaw:
         fixed = f"; fixed: {', '.join(self.fixed)}" if self.fixed else ""
         if self.extrapolation_error is not None:
             fixed += f"; largest size from the others missed by {100 * self.extrapolation_error:.2f}%"
+        else:
+            fixed += "; too few sizes to check the law on a held-out size (intervals may be too narrow)"
         return (
             f"scaling law {law}; {self.n_points} final losses, {self.n_sizes} sizes "
             f"({self.n_range[0]:.3g} to {self.n_range[1]:.3g} parameters), residual sd "

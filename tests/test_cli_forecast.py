@@ -88,7 +88,7 @@ def test_text_output(example, capsys):
                  "--tau", "0.1"])
     out = capsys.readouterr().out
     assert code == 0 and "final loss" in out and "90% interval" in out
-    assert "outside the reference sizes" in out
+    assert "outside the reference sizes" in out and "too few to check it" in out
 
 
 @pytest.mark.parametrize("extra, expect", [

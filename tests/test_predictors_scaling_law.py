@@ -154,6 +154,7 @@ def test_calibrate_with_sizes_fits_the_law_and_forecast_gives_the_curve():
     np.testing.assert_allclose(fc.loss, fc.final_loss * s.normalized(fc.t_hat, Schedule(), 0.1, 40.0))
     assert np.all(fc.loss_low <= fc.loss) and np.all(fc.loss <= fc.loss_high)
     assert any("outside the reference sizes" in note for note in fc.notes)
+    assert any("too few to check it" in note for note in fc.notes)  # 3 sizes: no held-out-size check
     assert any("outside the reference TPPs" in note for note in forecast(s, n, n * 200.0, tau=0.1).notes)
     # a constant-LR run ends higher than a decayed one, by the surrogate's raw(1) ratio
     const = forecast(s, n, d, tau=0.1, schedule="constant")

@@ -20,7 +20,7 @@ COMMANDS: dict[str, str] = {}
 def _register() -> None:
     names = [
         "run", "resume", "report", "dashboard",
-        "calibrate", "predict", "train", "replay", "monitor",
+        "calibrate", "predict", "forecast", "train", "replay", "monitor",
     ]
     for name in names:
         module = f"collapse_hpo.hpo.commands.{name}"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -653,6 +653,8 @@ def calibrate(
     folds: int = 5,
     error_fractions: Sequence[float] = ERROR_FRACTIONS,
     min_law_range: float = MIN_LAW_RANGE,
+    params: Sequence[float] | Mapping[str, float] | None = None,
+    law_alpha: float | None = None,
 ) -> Calibration:
     """Fit the surrogate's constants to reference curves and learn its prediction error model.
 
@@ -670,6 +672,11 @@ def calibrate(
         folds: at most this many held-out folds for the error model and the m check.
         error_fractions: the fractions p of the learned error model.
         min_law_range: a control spanning less than this ratio gets a constant law.
+        params: model size N (parameters) of each curve, as a list in curve order or a mapping run -> N
+            (default: the curves' own ``params`` when every curve has one). With sizes, the final-loss scaling
+            law L(N, D) (D = TPP · N tokens) is fitted too and kept in the surrogate (``scaling_law``, for
+            `forecast`); with fewer than 3 sizes the notes say it cannot be.
+        law_alpha: fix the law's N exponent α (a prior); then 2 sizes suffice.
 
     Raises InputError when fewer than 1 usable curve is given, a curve is incomplete, or runs with and without
     weight decay are mixed.
@@ -814,6 +821,17 @@ def calibrate(
         "error_model": kind,
         "notes": list(notes),
     }
+    if params is None and all(c.params is not None for c in curves):
+        params = [float(c.params) for c in curves if c.params is not None]
+    elif params is None and any(c.params is not None for c in curves):
+        notes.append("no scaling law: some runs have no params (model size); `forecast` cannot be used")
+        surrogate.info["notes"] = list(notes)
+    if params is not None:
+        from collapse_hpo.predictors.forecast import reference_law
+
+        surrogate.scaling_law, law_note = reference_law(surrogate, curves, params, alpha=law_alpha)
+        notes.append(law_note)
+        surrogate.info["notes"] = list(notes)
     return Calibration(
         surrogate=surrogate,
         table=table,

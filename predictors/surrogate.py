@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.scaling_law import ScalingLaw
 from collapse_hpo.predictors.schedules import Schedule
 
 FORMAT = "collapse-hpo-surrogate"
@@ -171,6 +172,8 @@ class Surrogate:
         reference: the ranges the surrogate was calibrated on, {"params": [lo, hi], "tpp": [lo, hi],
             "tau": [lo, hi]} (a key is absent when unknown: no sizes, no weight decay); see `extrapolation`.
         info: free-form notes from calibration (fit region, weighting, fit MAE, ...), kept in the JSON.
+        scaling_law: the final-loss law L(N, D) fitted on the same reference runs (`collapse-hpo forecast`),
+            or None (fewer than 3 sizes, no sizes given, or a file written before the law existed).
     """
 
     b_c: float
@@ -189,6 +192,7 @@ class Surrogate:
     size_trend: list[SizeTrend] = field(default_factory=list)
     reference: dict[str, list[float]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    scaling_law: ScalingLaw | None = None
 
     def __post_init__(self) -> None:
         for name in ("b_c", "b_e", "q_c", "q_e", "eps1", "eps2", "m", "align_start"):
@@ -327,6 +331,8 @@ class Surrogate:
         d["pair_bands"] = [asdict(e) for e in self.pair_bands]
         d["size_trend"] = [asdict(e) for e in self.size_trend]
         d["reference"] = {k: list(v) for k, v in self.reference.items()}
+        if self.scaling_law is None:
+            d.pop("scaling_law")  # optional field: files without a law stay as they were
         return {"format": FORMAT, "version": FORMAT_VERSION, **d}
 
     @classmethod
@@ -352,6 +358,8 @@ class Surrogate:
             name: _parse_bands(kwargs.pop(name, []), name, source) for name in ("error_bands", "pair_bands")
         }
         parsed["size_trend"] = _parse_trend(kwargs.pop("size_trend", []), source)
+        if kwargs.get("scaling_law") is not None:
+            kwargs["scaling_law"] = ScalingLaw.from_dict(kwargs["scaling_law"], source)
         if "info" in kwargs and not isinstance(kwargs["info"], dict):
             raise InputError(f"{source}: field 'info' must be an object")
         for name in ("tau_law", "tpp_law", "align"):

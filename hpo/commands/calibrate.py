@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "curves",
         metavar="CURVES.csv",
         help="curve CSV: columns run, t_hat, loss, lr, tau, tpp, optional params (model parameter count N: "
-        "calibration then learns how its error moves with size); one row per logged point",
+        "calibration then learns how its error moves with size, and fits the final-loss law for `forecast`); "
+        "one row per logged point",
     )
     parser.add_argument(
         "-o",

@@ -1,0 +1,135 @@
+"""`collapse-hpo forecast` run in-process: the README example as it is, --json, files, and bad input."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collapse_hpo.hpo.cli import main
+from collapse_hpo.predictors.curves import read_curves_csv
+from collapse_hpo.predictors.surrogate import Surrogate
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def _section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## Forecast a run before training")
+    return text[start : text.index("\n## ", start + 10)]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """Runs the README section: its Python blocks and `collapse-hpo` lines, in order, in a fresh folder."""
+    d = tmp_path_factory.mktemp("forecast")
+    section = _section()
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    lines = [ln.strip() for ln in section.splitlines() if ln.startswith("    collapse-hpo ")]
+    assert len(blocks) == 2 and len(lines) == 3
+    outputs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(d)
+        exec(compile(blocks[0], "README.md", "exec"), {})
+        for line in lines:
+            code = main(shlex.split(line)[1:])
+            assert code == 0, line
+        ns: dict = {}
+        exec(compile(blocks[1], "README.md", "exec"), ns)
+        outputs["python"] = ns["fc"]
+    return d, outputs
+
+
+def test_readme_example_writes_surrogate_with_law_csv_and_plot(example):
+    d, out = example
+    s = Surrogate.load(d / "surrogate.json")
+    assert s.scaling_law is not None and s.scaling_law.n_sizes == 3
+    assert (d / "forecast.png").stat().st_size > 1000
+    [curve] = read_curves_csv(d / "forecast.csv")
+    fc = out["python"]
+    np.testing.assert_allclose(curve.loss, fc.loss, rtol=1e-12)
+    assert curve.tau == pytest.approx(0.1) and curve.tpp == pytest.approx(40.0)
+    # the example's final losses follow Chinchilla's law exactly: the forecast at 3x the largest size hits it
+    truth = 1.69 + 406.4 / 5e8**0.34 + 410.7 / 2e10**0.28
+    assert fc.final_loss == pytest.approx(truth, rel=0.005)
+    assert fc.low < fc.final_loss < fc.high
+    assert fc.final_loss == pytest.approx(curve.loss[-1])
+
+
+def test_json_is_one_object_and_matches_python(example, capsys):
+    d, out = example
+    code = main(["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+                 "--tau", "0.1", "--json"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 1
+    obj = json.loads(lines[0])
+    fc = out["python"]
+    assert {"final_loss", "low", "high"} <= set(obj)
+    assert obj["final_loss"] == pytest.approx(fc.final_loss, rel=1e-12)
+    assert obj["low"] == pytest.approx(fc.low, rel=1e-12) and obj["high"] == pytest.approx(fc.high, rel=1e-12)
+    # the same run described by lr, batch and weight decay (tau = B/(eta lambda D) = 0.1)
+    code = main(["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+                 "--lr", "3e-3", "--batch-tokens", "5e5", "--weight-decay", str(5e5 / (3e-3 * 0.1 * 2e10)),
+                 "--json"])
+    obj2 = json.loads(capsys.readouterr().out)
+    assert code == 0 and obj2["final_loss"] == pytest.approx(obj["final_loss"], rel=1e-9)
+    # a different schedule shape changes L(1) through the surrogate's raw(1); same law
+    code = main(["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+                 "--tau", "0.1", "--schedule", "constant", "--json"])
+    const = json.loads(capsys.readouterr().out)
+    assert code == 0 and const["final_loss"] > obj["final_loss"] and const["schedule"] == "constant"
+
+
+def test_text_output(example, capsys):
+    d, _ = example
+    code = main(["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+                 "--tau", "0.1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "final loss" in out and "90% interval" in out
+    assert "outside the reference sizes" in out and "too few to check it" in out
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["--tau", "0.1", "--lr", "1e-3"], "either --tau"),
+    (["--lr", "1e-3", "--batch-tokens", "5e5"], "go together"),
+    (["--tau", "-1"], "--tau must be positive"),
+    (["--tau", "abc"], "--tau must be a number"),
+    (["--tau", "0.1", "--schedule", "zigzag"], "--schedule"),
+    (["--tau", "0.1", "--tokens", "0"], "tokens must be a positive"),
+    (["--tau", "0.1", "--csv", "{d}/nodir/f.csv"], "does not exist"),
+    (["--tau", "0.1", "--surrogate", "{d}/old.json"], "no scaling law"),
+    (["--tau", "0.1", "--surrogate", "{d}/missing.json"], "no such surrogate"),
+    (["--tau", "0.1", "--params", "-5"], "params must be a positive"),
+    (["--tau", "0.1", "--params", "nan"], "params must be a positive"),
+    (["--tau", "0.1", "--csv", "{d}"], "is a folder"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(example, capsys, extra, expect):
+    d, _ = example
+    Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1).save(d / "old.json")  # a file without a law
+    base = ["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+            "--csv", str(d / "bad.csv"), "--plot", str(d / "bad.png")]
+    argv = base + [a.format(d=d) for a in extra]
+    before = sorted(p.name for p in d.rglob("*"))
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert expect in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in d.rglob("*")) == before
+
+
+def test_calibrate_reports_when_it_cannot_fit_a_law(example, capsys, tmp_path):
+    d, _ = example
+    lines = (d / "refs.csv").read_text().splitlines()
+    head, rows = lines[0], lines[1:]
+    two = [r for r in rows if not r.startswith("2e+07")]
+    (tmp_path / "two.csv").write_text("\n".join([head, *two]) + "\n")
+    code = main(["calibrate", str(tmp_path / "two.csv"), "-o", str(tmp_path / "s.json"), "--folds", "2",
+                 "--free-m", "no"])
+    out = capsys.readouterr().out
+    assert code == 0 and "no scaling law" in out and "3 or more model sizes" in out
+    assert Surrogate.load(tmp_path / "s.json").scaling_law is None
+    forecast_err = main(["forecast", "--surrogate", str(tmp_path / "s.json"), "--params", "5e8", "--tokens",
+                         "2e10", "--tau", "0.1"])
+    assert forecast_err == 2 and "calibrate it with model sizes" in capsys.readouterr().err

@@ -29,7 +29,9 @@ from collapse_hpo.hpo.config import load_sweep
 from collapse_hpo.hpo.trial import RAY_NODE_ATTR, open_storage
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
-DRAWS = 4
+# Trials take seconds once Ray's actors are warm; with 8 draws the second node surely runs several, however
+# long each node took to start its first one.
+DRAWS = 8
 SECOND = "node_b"  # the custom resource that labels the second node
 
 
@@ -77,9 +79,16 @@ def _trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False)
 
 
+def _early(trial: optuna.trial.FrozenTrial) -> bool:
+    """True when the trial has reported and is in the first half of its training (far from its end)."""
+    total = trial.user_attrs.get("total_tokens")
+    return bool(trial.intermediate_values) and isinstance(total, int) and \
+        max(trial.intermediate_values) <= total // 2
+
+
 def _kill_second_node_mid_trial(cluster: LocalRayCluster, driver: subprocess.Popen[bytes], storage: Any,
                                 study_name: str, second_id: str, timeout: float) -> int:
-    """Once the second node has finished a trial and reported from its next one, SIGKILL its raylet.
+    """Once the second node has finished a trial and is early in its next one, SIGKILL its raylet.
 
     Returns the number of the trial it was running. Fails the test when the driver ends first."""
     deadline = time.monotonic() + timeout
@@ -95,13 +104,26 @@ def _kill_second_node_mid_trial(cluster: LocalRayCluster, driver: subprocess.Pop
                 continue
         on_second = [t for t in _trials(study) if t.user_attrs.get(RAY_NODE_ATTR) == second_id]
         done = [t for t in on_second if t.state == optuna.trial.TrialState.COMPLETE]
-        running = [t for t in on_second if t.state == optuna.trial.TrialState.RUNNING
-                   and t.intermediate_values]
+        running = [t for t in on_second if t.state == optuna.trial.TrialState.RUNNING and _early(t)]
         if done and running:
             cluster.kill_raylet(cluster.nodes[1])
             return running[0].number
         time.sleep(0.2)
     pytest.fail(f"the second node did not run two trials within {timeout} s")
+
+
+def _timeline(trials: list[optuna.trial.FrozenTrial], names: dict[str, str], killed: int) -> str:
+    """One line per trial: number, draw, node, state, start and end (s after the first start)."""
+    t0 = min(t.datetime_start for t in trials if t.datetime_start)
+    lines = []
+    for t in trials:
+        start = (t.datetime_start - t0).total_seconds() if t.datetime_start else float("nan")
+        end = (t.datetime_complete - t0).total_seconds() if t.datetime_complete else float("nan")
+        node = names.get(t.user_attrs.get(RAY_NODE_ATTR), "?")
+        mark = "  <- its node was killed" if t.number == killed else ""
+        lines.append(f"trial {t.number} draw {t.user_attrs.get('draw')} on {node}: {t.state.name} "
+                     f"{start:.1f}-{end:.1f} s{mark}")
+    return "\n".join(lines)
 
 
 @pytest.mark.slow
@@ -139,6 +161,7 @@ def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_
     TS = optuna.trial.TrialState
     # Trials ran on both nodes, each recorded by the trial process itself.
     ran_on = {t.number: t.user_attrs.get(RAY_NODE_ATTR) for t in trials}
+    print(_timeline(trials, {head_id: "head", second_id: "second"}, killed), f"wall {wall:.0f} s")
     assert set(ran_on.values()) == {head_id, second_id}, (ran_on, output[-3000:])
     assert any(ran_on[t.number] == second_id for t in trials if t.state == TS.COMPLETE)
     # The trial on the killed node failed with the driver's reason and was retried once, on the head node.

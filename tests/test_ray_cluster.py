@@ -10,6 +10,7 @@ head node, and every draw must end exactly once COMPLETE, with nothing lost or r
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -25,13 +26,12 @@ import pytest
 from ray_cluster_util import LocalRayCluster
 from sweep_util import tiny_sweep
 
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.trial import RAY_NODE_ATTR, open_storage
+from collapse_hpo.hpo.trial import RAY_NODE_ATTR, storage_url
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
-# Trials take seconds once Ray's actors are warm; with 8 draws the second node surely runs several, however
-# long each node took to start its first one.
-DRAWS = 8
+# A trial takes 1-3 s once Ray's actors are warm (the first one on each node 10-20 s), and the nodes start
+# their first trials seconds apart: with 12 draws the second node runs several trials whichever starts first.
+DRAWS = 12
 SECOND = "node_b"  # the custom resource that labels the second node
 
 
@@ -59,18 +59,18 @@ def cluster() -> Iterator[LocalRayCluster]:
 
 
 @pytest.fixture
-def study_name() -> Iterator[str]:
-    """A unique study name in the PostgreSQL test database; the study is deleted afterwards."""
+def study() -> Iterator[tuple[str, optuna.storages.RDBStorage]]:
+    """A unique study name in the PostgreSQL test database and a storage to read it; the study is deleted
+    afterwards."""
     if not _postgres_available():
         pytest.skip(f"PostgreSQL not reachable at {POSTGRES}")
     name = f"cluster-{uuid.uuid4().hex[:10]}"
-    yield name
-    storage = optuna.storages.RDBStorage(POSTGRES.replace("postgresql://", "postgresql+psycopg2://"))
+    storage = optuna.storages.RDBStorage(storage_url(POSTGRES))
     try:
-        optuna.delete_study(study_name=name, storage=storage)
-    except KeyError:
-        pass
+        yield name, storage
     finally:
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=name, storage=storage)
         storage.remove_session()
         storage.engine.dispose()
 
@@ -128,8 +128,10 @@ def _timeline(trials: list[optuna.trial.FrozenTrial], names: dict[str, str], kil
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_name: str,
+def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster,
+                                                study: tuple[str, optuna.storages.RDBStorage],
                                                 tmp_path: Path) -> None:
+    study_name, storage = study
     cluster.start_head(num_cpus=1)
     cluster.add_node("second", num_cpus=1, resources={SECOND: 1})
     nodes = cluster.wait_nodes(2)
@@ -138,7 +140,6 @@ def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_
 
     path = tiny_sweep(tmp_path, study_name, trials=DRAWS, retries=1, storage=POSTGRES,
                       executor={"address": "auto"}, heartbeat={"interval": 1, "grace": 10})
-    storage = open_storage(POSTGRES, load_sweep(str(path)))
     log = tmp_path / "driver.log"
     started = time.monotonic()
     with open(log, "wb") as fh:
@@ -155,8 +156,7 @@ def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_
     assert code == 0, output[-3000:]
     wall = time.monotonic() - started
 
-    study = optuna.load_study(study_name=study_name, storage=storage)
-    trials = _trials(study)
+    trials = _trials(optuna.load_study(study_name=study_name, storage=storage))
     by_number = {t.number: t for t in trials}
     TS = optuna.trial.TrialState
     # Trials ran on both nodes, each recorded by the trial process itself.
@@ -166,6 +166,7 @@ def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_
     assert any(ran_on[t.number] == second_id for t in trials if t.state == TS.COMPLETE)
     # The trial on the killed node failed with the driver's reason and was retried once, on the head node.
     lost = by_number[killed]
+    assert ran_on[killed] == second_id
     assert lost.state == TS.FAIL and "Ray worker ended" in lost.user_attrs["error"], lost.user_attrs
     retries = [t for t in trials if t.user_attrs.get("retry_of") == killed]
     assert len(retries) == 1, output[-3000:]
@@ -183,8 +184,6 @@ def test_sweep_on_two_nodes_survives_losing_one(cluster: LocalRayCluster, study_
     assert sorted(finished) == list(range(DRAWS)), [(t.number, t.state.name, t.user_attrs) for t in trials]
     assert [t.number for t in trials if t.state == TS.FAIL] == [killed]
     assert len(trials) == DRAWS + 1 and not [t for t in trials if t.state in (TS.RUNNING, TS.WAITING)]
-    after = [t for t in trials if t.datetime_start >= lost.datetime_complete]
-    assert retry in after and {ran_on[t.number] for t in after} == {head_id}
+    after = [t.number for t in trials if t.datetime_start >= lost.datetime_complete]
+    assert retry.number in after and {ran_on[n] for n in after} == {head_id}
     assert wall < 200, f"the sweep took {wall:.0f} s"
-    storage.remove_session()
-    storage.engine.dispose()

@@ -5,9 +5,9 @@ children). The cluster lives in its own temp dir, so its address file never make
 `ray.init()` join it, and the drivers find it through ``RAY_ADDRESS`` (as `executor: {address: auto}` does).
 
 `stop` ends exactly the processes this cluster started, by process id: the `ray start` processes, their
-descendants, and every process that carries this cluster's marker in its environment (Ray workers whose
-raylet died are re-parented, the marker still finds them). Plain `ray stop` is not used: it ends every Ray
-process on the machine, including the clusters of other test runs.
+descendants, and every process that carries this cluster's marker in its environment (a worker whose raylet
+died is re-parented, the marker still finds it). Plain `ray stop` is not used: it ends every Ray process on
+the machine, including the clusters of other test runs.
 """
 
 from __future__ import annotations
@@ -204,18 +204,22 @@ class LocalRayCluster:
         return pid
 
     def own_pids(self) -> list[int]:
-        """Every live process of this cluster: `ray start` processes, their descendants, marked ones."""
+        """Every live process of this cluster: the `ray start` processes, their descendants, and whatever
+        carries the cluster's marker (Ray hands its environment down to the GCS, raylets, agents and
+        workers; a process title set later may hide it, the process tree then still finds the process)."""
         pids: set[int] = set(_pids_with_marker(self.marker))
         for node in self.nodes:
             if node.process.poll() is None:
                 pids.add(node.process.pid)
             pids.update(descendants(node.process.pid))
-        return sorted(pids)
+        return sorted(p for p in pids if not _is_zombie(p))
 
     def stop(self, grace: float = 10.0) -> list[int]:
         """End this cluster: SIGTERM each `ray start` (it stops its node), then SIGKILL whatever of the
-        cluster still lives after ``grace`` s. Returns the pids still alive at the end (normally none)."""
-        pids = self.own_pids()
+        cluster still lives after ``grace`` s. A process is killed only if it is the very one seen before
+        (same pid and start time), so a pid reused meanwhile is never hit. Returns the pids still alive at
+        the end (normally none)."""
+        seen = {pid: _start_time(pid) for pid in self.own_pids()}
         for node in reversed(self.nodes):
             if node.process.poll() is None:
                 node.process.send_signal(signal.SIGTERM)
@@ -223,14 +227,26 @@ class LocalRayCluster:
         for node in reversed(self.nodes):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for pid in sorted(set(pids) | set(self.own_pids())):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        seen.update({pid: _start_time(pid) for pid in self.own_pids()})
+        for pid, started in seen.items():
+            if started is not None and _start_time(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         for node in self.nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(timeout=5)
         time.sleep(0.5)
-        return [p for p in self.own_pids() if _comm(p) and not _is_zombie(p)]
+        return [p for p in seen if _start_time(p) == seen[p] and not _is_zombie(p)] + [
+            p for p in self.own_pids() if p not in seen]
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks after boot), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _is_zombie(pid: int) -> bool:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 # Keys of the Ray Tune trial config the driver builds (see `trial_config`).
 CONFIG_KEYS = ("sweep", "storage", "study", "number", "prune", "results")
+# User attr with the id of the Ray node that ran the trial (see `_record_ray_node`).
+RAY_NODE_ATTR = "ray_node_id"
 
 
 def trial_config(sweep: SweepConfig, storage_url: str, study_name: str, number: int, prune: bool,
@@ -219,6 +221,7 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
                 trial.set_user_attr("fault", fault.kind)
             for key, value in derived.items():
                 trial.set_user_attr(key, value)
+            _record_ray_node(trial)
 
             def reporter(r: Any) -> None:
                 heartbeat.beat()
@@ -258,6 +261,16 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     except Exception as err:
         _record_failure(study, number, trial_id, storage, err, seen["tokens"])
         return "FAIL"
+
+
+def _record_ray_node(trial: optuna.Trial) -> None:
+    """Write the id of the Ray node this trial process runs on (user attr ``ray_node_id``), so a sweep on a
+    cluster shows which machine trained each trial. Nothing is written outside Ray (`run_trial` alone)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        trial.set_user_attr(RAY_NODE_ATTR, ray.get_runtime_context().get_node_id())
 
 
 def _record_failure(study: Any, number: int, trial_id: int, storage: Any, err: BaseException,

@@ -11,8 +11,9 @@ HELP = "replay finished curves through pruners in random trial orders: compute u
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `collapse-hpo replay`."""
-    parser.add_argument("curves",
-                        help="curve CSV (run, t_hat, loss, lr, tau, tpp): one complete run per trial")
+    parser.add_argument("curves", nargs="?", default=None,
+                        help="curve CSV (run, t_hat, loss, lr, tau, tpp): one complete run per trial "
+                             "(not needed with --pruner list)")
     parser.add_argument("--pruner", action="append", default=None, metavar="NAME",
                         help="pruner to replay (repeatable; default: all). 'list' prints the names")
     parser.add_argument("--orders", type=int, default=20, help="random trial orders to replay (default 20)")
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         for n in names:
             print(f"{n:<24} {peers.DESCRIPTIONS.get(n, '')}")
         return 0
+    if args.curves is None:
+        raise InputError("replay: no curve CSV given; name the sweep's curves file (e.g. results/<name>/"
+                         "curves.csv), or use --pruner list to see the pruners")
     if args.orders < 1:
         raise InputError(f"replay: --orders must be at least 1, got {args.orders}")
     if args.workers < 1:

@@ -11,7 +11,8 @@ HELP = "print a sweep's results table and compute saved; write results.csv, curv
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Same arguments as `run` (they locate the sweep)."""
-    _add_arguments(parser)
+    _add_arguments(parser, no_prune_help="report the unpruned sweep that `run --no-prune` trained (study "
+                   "'<name>-noprune' in '<results>-noprune' unless --results is given); trains nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep = load_sweep(args.sweep)
+    _check_results_folder(args.results)
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     check_for_report(sweep, loc.results, loc.storage_url)
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
@@ -35,3 +37,14 @@ def run(args: argparse.Namespace) -> int:
     study = open_study(sweep, loc)
     clean_stale_tmp(loc.results)
     return finish(study, sweep, loc)
+
+
+def _check_results_folder(results: str | None) -> None:
+    """A ``--results`` folder must exist already: `report` only reads a sweep, it never creates one."""
+    from pathlib import Path
+
+    from collapse_hpo.predictors.errors import InputError
+
+    if results is not None and not Path(results).is_dir():
+        raise InputError(f"--results {results}: no such folder; give the folder the sweep wrote its "
+                         "results to (or leave --results out for the one in the sweep file)")

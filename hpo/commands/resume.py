@@ -11,7 +11,8 @@ HELP = "continue an interrupted sweep: finished trials are kept, stale running o
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Same arguments as `run` (they locate the sweep)."""
-    _add_arguments(parser)
+    _add_arguments(parser, no_prune_help="continue the unpruned sweep that `run --no-prune` started (study "
+                   "'<name>-noprune' in '<results>-noprune' unless --results is given)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,12 +7,14 @@ import argparse
 HELP = "run a sweep file: Ray Tune trials with τ held, pruned by the collapse predictor"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `run` (shared by `resume` and `report`)."""
+NO_PRUNE_HELP = ("train every trial to the end (a separate study '<name>-noprune' in '<results>-noprune' "
+                 "unless --results is given)")
+
+
+def add_arguments(parser: argparse.ArgumentParser, no_prune_help: str = NO_PRUNE_HELP) -> None:
+    """Arguments of `run` (shared by `resume` and `report`, which say what ``--no-prune`` means for them)."""
     parser.add_argument("sweep", help="the sweep YAML file (e.g. studies/quickstart.yaml)")
-    parser.add_argument("--no-prune", action="store_true",
-                        help="train every trial to the end (a separate study '<name>-noprune' in "
-                             "'<results>-noprune' unless --results is given)")
+    parser.add_argument("--no-prune", action="store_true", help=no_prune_help)
     parser.add_argument("--results", metavar="DIR", default=None,
                         help="results folder (default: 'results' in the file, else results/<name>)")
 

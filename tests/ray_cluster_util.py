@@ -197,11 +197,16 @@ class LocalRayCluster:
                 raise RuntimeError(f"node {node.name}: `ray start` exited ({node.process.returncode}); "
                                    f"end of {node.log}: {node.log.read_text(errors='replace')[-2000:]}")
 
-    def kill_raylet(self, node: Node) -> int:
-        """SIGKILL the raylet of ``node`` (a crashed machine, as far as the cluster can tell); its pid."""
+    def kill_node(self, node: Node) -> list[int]:
+        """SIGKILL the raylet of ``node`` and every process under it (its workers): a machine that dies
+        takes its trials with it at once. Killing the raylet alone leaves a worker alive for a moment, long
+        enough to finish a short trial. Returns the pids killed."""
         pid = node.raylet_pid()
-        os.kill(pid, signal.SIGKILL)
-        return pid
+        victims = [pid, *descendants(pid)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+        return victims
 
     def own_pids(self) -> list[int]:
         """Every live process of this cluster: the `ray start` processes, their descendants, and whatever

@@ -88,7 +88,8 @@ def _early(trial: optuna.trial.FrozenTrial) -> bool:
 
 def _kill_second_node_mid_trial(cluster: LocalRayCluster, driver: subprocess.Popen[bytes], storage: Any,
                                 study_name: str, second_id: str, timeout: float) -> int:
-    """Once the second node has finished a trial and is early in its next one, SIGKILL its raylet.
+    """Once the second node has finished a trial and is early in its next one, SIGKILL its raylet and
+    workers (the machine dies).
 
     Returns the number of the trial it was running. Fails the test when the driver ends first."""
     deadline = time.monotonic() + timeout
@@ -106,7 +107,7 @@ def _kill_second_node_mid_trial(cluster: LocalRayCluster, driver: subprocess.Pop
         done = [t for t in on_second if t.state == optuna.trial.TrialState.COMPLETE]
         running = [t for t in on_second if t.state == optuna.trial.TrialState.RUNNING and _early(t)]
         if done and running:
-            cluster.kill_raylet(cluster.nodes[1])
+            cluster.kill_node(cluster.nodes[1])
             return running[0].number
         time.sleep(0.2)
     pytest.fail(f"the second node did not run two trials within {timeout} s")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,18 +373,13 @@ class Surrogate:
         return s
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the surrogate as JSON, atomically (temp file + os.replace)."""
-        p = Path(path)
+        """Write the surrogate as JSON with `collapse_hpo.predictors.atomic.atomic_write` (atomic, fsynced,
+        the old file's mode kept; InputError naming the path when it cannot be written)."""
+        from collapse_hpo.predictors.atomic import atomic_write
+
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-            os.replace(tmp, p)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_write(path, "w") as fh:
+            fh.write(text + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Surrogate:

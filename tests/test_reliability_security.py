@@ -18,6 +18,7 @@ from collapse_hpo.hpo.config import parse_sweep
 from collapse_hpo.hpo.runner import SWEEP_ATTR, create_study, locate, masked_sweep, shippable_sweep
 from collapse_hpo.hpo.urls import STORAGE_ENV, mask_text, resolve_url
 from collapse_hpo.predictors.atomic import atomic_write, clean_stale_tmp
+from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import write_curves_csv
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.synthetic import synthetic_curves
@@ -114,6 +115,11 @@ def test_state_files_keep_their_mode(tmp_path: Path) -> None:
     finally:
         os.umask(mask)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o644  # as open() would make it, not mkstemp's 0600
+    surrogate = tmp_path / "surrogate.json"
+    surrogate.write_text("{}")
+    os.chmod(surrogate, 0o644)
+    calibrate(curves).surrogate.save(surrogate)
+    assert stat.S_IMODE(surrogate.stat().st_mode) == 0o644  # the surrogate writer keeps it too
 
 
 def test_stale_temporary_files_are_removed_on_start(tmp_path: Path, capsys: Any) -> None:

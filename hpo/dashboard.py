@@ -30,13 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_hpo.hpo.reference import (
-    SAMPLER_STEP_ATTR,
-    STUDY_REFERENCE_ATTR,
-    TrialControls,
-    make_reference,
-    trial_curve,
-)
+from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR, STUDY_REFERENCE_ATTR, TrialControls, trial_curve
+from collapse_hpo.hpo.reference import make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 

@@ -170,7 +170,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
     """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = tokens / total_tokens)."""
     import numpy as np
 
-    from collapse_hpo.hpo.reference import SAMPLER_STEP_ATTR
+    from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR
     from collapse_hpo.predictors.curves import Curve
     from collapse_hpo.predictors.schedules import Schedule
 
@@ -192,7 +192,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
 
 
 def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> Any:
-    from collapse_hpo.hpo.reference import STUDY_REFERENCE_ATTR
+    from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.surrogate import Surrogate
 

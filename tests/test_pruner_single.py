@@ -15,18 +15,21 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo.decision import PruneSettings, decide
-from collapse_hpo.hpo.pruner import DECISIONS_ATTR, CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.reference import (
+from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.record import (
+    DECISIONS_ATTR,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
+    TrialControls,
+    trial_points,
+)
+from collapse_hpo.hpo.reference import (
     OnlineReference,
     StudyReference,
     SurrogateReference,
-    TrialControls,
     fit_surrogate,
     make_reference,
     reference_curves,
-    trial_points,
 )
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule

@@ -492,8 +492,8 @@ class CollapseScheduler(FIFOScheduler):
 
     def _judge(self, rec: TrialRecord) -> Verdict:
         """The judge's verdict on the record's latest report against this session's other trials."""
-        others = [self._view(self._records[tid]) for tid in self._active
-                  if tid in self._records and tid != rec.trial_id]
+        others = [self._view(r) for tid, r in self._records.items()  # in the order trials were added
+                  if tid in self._active and tid != rec.trial_id]
         return self.judge.judge(self._view(rec), others, self._surrogate)
 
     def _apply(self, rec: TrialRecord, verdict: Verdict) -> None:

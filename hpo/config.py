@@ -187,7 +187,8 @@ class PrunerSpec(_Strict):
     """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
     off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
     ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"),
-    ``report_prediction`` (give a pruned trial's predicted final loss to the sampler) and ``reference``."""
+    ``report_prediction`` (give a pruned trial's predicted final loss to the sampler), ``judge_every``
+    (judge at most once per this fraction of training) and ``reference``."""
 
     enabled: bool = True
     min_fraction: float = Field(default=0.1, gt=0, lt=1)
@@ -195,6 +196,7 @@ class PrunerSpec(_Strict):
     keep_top_k: int = Field(default=1, ge=1)
     comparison: Literal["paired", "interval"] = "paired"
     report_prediction: bool = False
+    judge_every: float = Field(default=0.02, ge=0, lt=1)
     reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
 
 

@@ -5,8 +5,8 @@ named here, once:
 
 - the run's controls (``CONTROL_ATTRS``: ``total_tokens`` in tokens, ``schedule`` as ``Schedule.to_dict()``,
   ``tau`` and ``tpp``) as a ``TrialControls``. "No weight decay" has one encoding at every boundary: ``tau``
-  None (``None`` in Python, ``null`` in JSON and YAML). ``no_decay_tau`` turns the legacy encodings
-  (``inf``, ``"inf"``) into None where old files are read;
+  None (``None`` in Python, ``null`` in JSON and YAML); ``predictors.timescale.no_decay_tau`` turns the
+  legacy encodings (``inf``, ``"inf"``) into None where old records are read;
 - the decision log (``DECISIONS_ATTR``: a list of ``DecisionEntry.to_dict()``, oldest first) and the five
   attrs that mirror its latest entry (``DECISION_ATTRS``);
 - the pruner's sampler point (``SAMPLER_STEP_ATTR``) and the online reference fit (``STUDY_REFERENCE_ATTR``);
@@ -30,6 +30,7 @@ from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import Prediction
 from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.timescale import no_decay_tau
 
 if TYPE_CHECKING:
     from collapse_hpo.hpo.decision import Decision
@@ -62,16 +63,6 @@ COMPLETE_T_HAT = 0.99
 
 
 # ---------------------------------------------------------------------------------------------- controls
-def no_decay_tau(tau: Any) -> Any:
-    """``tau`` with the legacy "no weight decay" encodings (``inf``, ``"inf"``) turned into None (the one
-    encoding); any other value is returned as is (``TrialControls.check`` validates it)."""
-    if isinstance(tau, str) and tau.strip().lower() == "inf":
-        return None
-    if isinstance(tau, float) and math.isinf(tau) and tau > 0:
-        return None
-    return tau
-
-
 @dataclass(frozen=True)
 class TrialControls:
     """The controls of one run that the surrogate needs (trusted: build it with ``check``).

@@ -84,7 +84,7 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
     p = sweep.pruner
     return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
                           confidence=p.confidence, keep_top_k=p.keep_top_k, comparison=p.comparison,
-                          report_prediction=p.report_prediction)
+                          report_prediction=p.report_prediction, judge_every=p.judge_every)
 
 
 def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:
@@ -141,7 +141,7 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
     p = plan(config)
     derived = {
         "lr": float(hp["lr"]), "batch_tokens": int(hp["batch_tokens"]), "weight_decay": p.weight_decay,
-        "tau": None if math.isinf(p.tau) else p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
+        "tau": p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
         "schedule": sched.to_dict(), "warmup": sched.warmup, "seed": int(seed),
         "params_non_embedding": p.params_non_embedding, "width": shape["width"], "depth": shape["depth"],
     }

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -178,7 +177,7 @@ def _metadata(config: TrainConfig, p: Plan, corpus, batches: TrainBatches, warni
         "lr": config.lr,
         "base_lr": p.base_lr,
         "weight_decay": p.weight_decay,
-        "tau": None if math.isinf(p.tau) else p.tau,
+        "tau": p.tau,
         "tpp": p.tpp,
         "total_tokens": p.total_tokens,
         "requested_total_tokens": p.requested_total_tokens,

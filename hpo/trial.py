@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
 import threading
 import traceback
 from collections.abc import Callable
@@ -93,6 +91,15 @@ def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:
         if draw in f.draws and attempt in f.attempts:
             return f
     return None
+
+
+def report_drills(fault: Any) -> list[Callable[[Any], None]]:
+    """The reporter hooks of a sweep's fault drill (``kill_worker``: the worker dies outright); [] without."""
+    if fault is None or fault.kind != "kill_worker":
+        return []
+    from collapse_hpo.trainers.fault import KillWorker
+
+    return [KillWorker(fault.start_t_hat)]
 
 
 def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
@@ -215,6 +222,7 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
                 trial.set_user_attr("fault", fault.kind)
             for key, value in derived.items():
                 trial.set_user_attr(key, value)
+            drills = report_drills(fault)
 
             def reporter(r: Any) -> None:
                 heartbeat.beat()
@@ -227,8 +235,8 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
                     tune_report({"loss": loss, "t_hat": float(r.t_hat), "tokens": tokens, "lr": float(r.lr),
                                  "val_loss": None if r.val_loss is None else float(r.val_loss),
                                  "number": number})
-                if fault is not None and fault.kind == "kill_worker" and r.t_hat >= fault.start_t_hat:
-                    os.kill(os.getpid(), signal.SIGKILL)  # an injected fault: the worker dies outright
+                for drill in drills:  # fault drills (sweep YAML ``faults``); none in a normal sweep
+                    drill(r)
                 # The last report is the end of training: nothing is saved by pruning there.
                 if float(r.t_hat) < 1.0 - 1e-9 and trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at {tokens} tokens")

@@ -669,6 +669,9 @@ def _default_state_paths(trial: Trial) -> tuple[str, list[str]]:
     storage path is written first and is what a restore reads; on a remote one only the staging copy can
     be written, and Tune syncs it with its experiment state.
     """
+    # Ray Tune internals (Trial.storage, a ray.train._internal StorageContext), on purpose: Tune has no public
+    # way for a scheduler to keep state next to the experiment, and a file written beside the staging copy
+    # is overwritten by Tune's sync. tests/test_private_apis.py fails loudly when Ray renames these.
     import pyarrow.fs
 
     storage = trial.storage

@@ -206,7 +206,8 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     study = optuna.load_study(study_name=config["study"], storage=storage,
                               pruner=build_pruner(sweep, bool(config["prune"])))
     number = int(config["number"])
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    study_id = storage.get_study_id_from_name(config["study"])
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     frozen = storage.get_trial(trial_id)
     if frozen.state != optuna.trial.TrialState.RUNNING:
         return frozen.state.name

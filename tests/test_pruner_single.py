@@ -60,8 +60,8 @@ def db_dir(tmp_path):
 
 @pytest.fixture(scope="module")
 def surrogate() -> Surrogate:
-    """A surrogate calibrated on a synthetic family (3 τ at 20 TPP, two noise draws each, the same noise as the
-    sweeps). Two runs per setting give it ``pair_bands``, so the default (paired) comparison is what the
+    """A surrogate calibrated on a synthetic family (3 τ at 20 TPP, two noise draws each, the sweeps' noise).
+    Two runs per setting give it ``pair_bands``, so the default (paired) comparison is what the
     tests below exercise, not its unpaired fallback."""
     family = synthetic_curves(taus=(0.05, 0.1, 0.2), tpps=(20.0,), n_points=REPORTS, t_start=1.0 / REPORTS,
                               seeds=2, seed=1)

@@ -10,9 +10,10 @@ Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
   completed trials changes. Each fit is stored in the study's user attrs (``collapse_reference``) so that
   other workers and a restarted driver reuse it instead of refitting.
 
-A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)`` (``trials``: the
-study's trials when the caller has them already): the label names the surrogate used (recorded with every
-decision, e.g. ``online:0,1,2``) or says why there is none.
+A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)``. ``study`` is the
+sweep's Optuna study, or None where there is none (a Ray scheduler without a mirror): only an online
+reference needs it. ``trials``: the study's trials when the caller has them already. The label names the
+surrogate used (recorded with every decision, e.g. ``online:0,1,2``) or says why there is none.
 
 Trial conventions (the pruner's step convention): the objective reports
 ``trial.report(loss, step=tokens_seen)`` and sets the run's controls as trial user attrs ``total_tokens``
@@ -101,7 +102,7 @@ class SurrogateReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
@@ -134,7 +135,7 @@ class StudyReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
@@ -192,11 +193,13 @@ class OnlineReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
         """The surrogate fitted on the study's completed trials, or (None, why not)."""
+        if study is None:
+            return None, "online calibration needs the sweep's Optuna study (none given)"
         if trials is None:
             trials = study.get_trials(deepcopy=False)
         curves, numbers = reference_curves(trials, defaults)

@@ -231,6 +231,11 @@ class CollapseScheduler(FIFOScheduler):
             raise InputError(
                 f"CollapseScheduler: report_prediction must be true or false, got {report_prediction!r}"
             )
+        if report_prediction and storage is None:
+            raise InputError(
+                "CollapseScheduler: report_prediction gives the prediction to an Optuna sampler through the "
+                "mirror; give storage and study_name too"
+            )
         self.report_prediction = report_prediction
         # A surrogate file is read now, so that a bad path fails before the Tune run starts.
         self._reference_spec = reference

@@ -24,7 +24,7 @@ Example:
     >>> judge = Judge(PruneSettings(min_fraction=0.2))
     >>> view = TrialView(number=0, state="running", steps=(100, 200), t_hat=(0.1, 0.2),
     ...                  loss=(4.0, float("nan")), controls=TrialControls(total_tokens=1000))
-    >>> verdict = judge.judge(view, [], reference=lambda: (None, "none"))
+    >>> verdict = judge.judge(view, others=list, reference=lambda: (None, "none"))
     >>> verdict.entry.prune, verdict.entry.reason.startswith("loss is nan")
     (True, True)
 """
@@ -49,6 +49,8 @@ _T_HAT_END = 1.0 + 1e-9
 
 #: ``reference()`` gives the surrogate (None when there is none yet) and its label (or why there is none).
 ReferenceFn = Callable[[], tuple[Surrogate | None, str]]
+#: ``others()`` gives the views of the sweep's other trials (the trial itself may be among them).
+OthersFn = Callable[[], Sequence["TrialView"]]
 
 
 @dataclass(frozen=True)
@@ -227,11 +229,12 @@ class Judge:
         )
 
     # ------------------------------------------------------------------ the whole
-    def judge(self, trial: TrialView, others: Sequence[TrialView], reference: ReferenceFn) -> Verdict:
-        """Judge ``trial`` at its latest report against ``others`` (see the module docstring).
+    def judge(self, trial: TrialView, others: OthersFn, reference: ReferenceFn) -> Verdict:
+        """Judge ``trial`` at its latest report against the other trials (see the module docstring).
 
-        ``reference`` is called only when a judgement is due. The verdict's ``entry`` is the one decision
-        entry to append to the trial's log; the adapters write it where their backend keeps state.
+        ``reference`` and then ``others`` are called only when a judgement is due (most reports are not), so
+        an adapter fetches the study only then. The verdict's ``entry`` is the one decision entry to append
+        to the trial's log; the adapters write it where their backend keeps state.
         """
         recalled = self.recall(trial)
         if recalled is not None:
@@ -252,7 +255,7 @@ class Judge:
         return Verdict(decision.prune, decision, entry, reason=entry.reason)
 
     def _decide(
-        self, trial: TrialView, others: Sequence[TrialView], reference: ReferenceFn
+        self, trial: TrialView, others: OthersFn, reference: ReferenceFn
     ) -> tuple[Decision | None, str | None, int | str | None]:
         """The decision now (None when none is due), the reference label and the threshold's trial."""
         if trial.problem is not None or trial.controls is None:
@@ -285,7 +288,7 @@ class Judge:
                 "scheduler); kept",
                 reports.fraction,
             ), label, None
-        competitors, numbers = self.competitors(trial, others)
+        competitors, numbers = self.competitors(trial, others())
         d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors, **common)
         source = None if d.threshold_index is None else numbers[d.threshold_index]
         return d, label, source

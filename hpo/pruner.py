@@ -250,7 +250,7 @@ class CollapsePruner(BasePruner):
         def others() -> list[TrialView]:
             return [self._view(t) for t in (trials or study.get_trials(deepcopy=False))]
 
-        verdict = self._judge.judge(view, _Lazy(others), reference)
+        verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
             self._write(storage, trial_id, stored, verdict)
         return verdict.prune
@@ -303,28 +303,6 @@ class CollapsePruner(BasePruner):
             return
         storage.set_trial_user_attr(trial_id, SAMPLER_STEP_ATTR, point[0])
         storage.set_trial_intermediate_value(trial_id, point[0], point[1])
-
-
-class _Lazy(list):
-    """The other trials' views, built on first use (most calls are not due and never look at them)."""
-
-    def __init__(self, make: Any) -> None:
-        super().__init__()
-        self._make = make
-        self._built = False
-
-    def _build(self) -> None:
-        if not self._built:
-            self._built = True
-            self.extend(self._make())
-
-    def __iter__(self):  # type: ignore[override]
-        self._build()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self._build()
-        return super().__len__()
 
 
 def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int]:

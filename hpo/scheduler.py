@@ -497,8 +497,10 @@ class CollapseScheduler(FIFOScheduler):
 
     def _judge(self, rec: TrialRecord) -> Verdict:
         """The judge's verdict on the record's latest report against this session's other trials."""
-        others = [self._view(r) for tid, r in self._records.items()  # in the order trials were added
-                  if tid in self._active and tid != rec.trial_id]
+        def others() -> list[TrialView]:  # in the order the trials were added
+            return [self._view(r) for tid, r in self._records.items()
+                    if tid in self._active and tid != rec.trial_id]
+
         return self.judge.judge(self._view(rec), others, self._surrogate)
 
     def _apply(self, rec: TrialRecord, verdict: Verdict) -> None:

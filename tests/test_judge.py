@@ -168,15 +168,15 @@ def test_competitors_are_complete_and_running_trials_only():
 def test_judge_every_and_recall():
     judge = Judge(PruneSettings(min_fraction=0.2), judge_every=0.25)
     reference = lambda: (None, "no reference")  # noqa: E731
-    early = judge.judge(_view(0, "running", [4.0]), [], reference)
+    early = judge.judge(_view(0, "running", [4.0]), list, reference)
     assert early.entry is None and "not judged yet" in early.reason
-    first = judge.judge(_view(0, "running", [4.0, 3.5]), [], reference)
+    first = judge.judge(_view(0, "running", [4.0, 3.5]), list, reference)
     assert first.entry is not None and first.entry.step == 200 and "no reference yet" in first.entry.reason
-    not_due = judge.judge(_view(0, "running", [4.0, 3.5, 3.4], log=[first.entry]), [], reference)
+    not_due = judge.judge(_view(0, "running", [4.0, 3.5, 3.4], log=[first.entry]), list, reference)
     assert not_due.decision is None and not_due.entry is None and not not_due.prune
     pruned = _view(0, "running", [4.0, 3.5, 3.4, 3.3], log=[_entry(200, prune=True)])
-    assert judge.judge(pruned, [], reference).prune
-    diverged = judge.judge(_view(0, "running", [4.0, 3.5, math.nan], log=[first.entry]), [], reference)
+    assert judge.judge(pruned, list, reference).prune
+    diverged = judge.judge(_view(0, "running", [4.0, 3.5, math.nan], log=[first.entry]), list, reference)
     assert diverged.prune and diverged.entry.step == 300
 
 

@@ -30,13 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_hpo.hpo.reference import (
-    SAMPLER_STEP_ATTR,
-    STUDY_REFERENCE_ATTR,
-    TrialControls,
-    make_reference,
-    trial_curve,
-)
+from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR, STUDY_REFERENCE_ATTR, TrialControls, trial_curve
+from collapse_hpo.hpo.reference import make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -281,6 +276,8 @@ def publish(
             continue
         if not t.state.is_finished() and "prune_reason" not in t.user_attrs:
             continue
+        # FrozenTrial._trial_id (private Optuna API): optuna-dashboard's save_note takes a Trial, and a Trial
+        # is built from the storage id only. tests/test_private_apis.py fails loudly if Optuna renames it.
         handle = optuna.trial.Trial(study, t._trial_id)
         if _save_if_changed(handle, trial_note(t), get_note, save_note):
             n += 1

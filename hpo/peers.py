@@ -352,6 +352,23 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
+#: Peers whose library is not a dependency of collapse-hpo (a dev extra): name -> the module they need.
+#: ``collapse-hpo replay`` skips them with a note when that module is absent.
+OPTIONAL_LIBRARY: dict[str, str] = {"conformal": "surestop", "conformal-tuned": "surestop"}
+
+
+def unavailable(names: list[str]) -> dict[str, str]:
+    """The peers among ``names`` whose library is not installed, each with a one-line note saying so."""
+    import importlib.util
+
+    out: dict[str, str] = {}
+    for name in names:
+        module = OPTIONAL_LIBRARY.get(name)
+        if module is not None and importlib.util.find_spec(module) is None:
+            out[name] = f"needs the {module!r} package, which is not installed (pip install {module})"
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- our pruner
 COLLAPSE_NAMES = ("collapse", "collapse-tuned", "collapse-interval", "collapse-online")
 #: Ours that need a reference surrogate (collapse-online fits its own on the sweep).
@@ -382,7 +399,7 @@ def load_surrogate(*, surrogate: str | None = None, reference: str | None = None
 
 def _set_controls(trial: Any, curve: Any) -> None:
     """The trial's controls as the CollapsePruner reads them; steps are t_permille, so total_tokens = 1000."""
-    from collapse_hpo.hpo.pruner import set_trial_controls
+    from collapse_hpo.hpo.record import set_trial_controls
 
     set_trial_controls(trial, total_tokens=STEP_SCALE, schedule=curve.schedule, tau=curve.tau, tpp=curve.tpp)
 

@@ -10,15 +10,17 @@ Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
   completed trials changes. Each fit is stored in the study's user attrs (``collapse_reference``) so that
   other workers and a restarted driver reuse it instead of refitting.
 
-A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)`` (``trials``: the
-study's trials when the caller has them already): the label names the surrogate used (recorded with every
-decision, e.g. ``online:0,1,2``) or says why there is none.
+A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)``. ``study`` is the
+sweep's Optuna study, or None where there is none (a Ray scheduler without a mirror): only an online
+reference needs it. ``trials``: the study's trials when the caller has them already. The label names the
+surrogate used (recorded with every decision, e.g. ``online:0,1,2``) or says why there is none.
 
 Trial conventions (the pruner's step convention): the objective reports
 ``trial.report(loss, step=tokens_seen)`` and sets the run's controls as trial user attrs ``total_tokens``
 (tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
 timescale, None = no weight decay) and ``tpp`` (tokens per parameter); ``set_trial_controls`` in
-hpo/pruner.py writes them. Missing ones fall back to the pruner's defaults.
+hpo/record.py writes them (names and readers of the trial record live there). Missing ones fall back to the
+pruner's defaults.
 """
 
 from __future__ import annotations
@@ -27,124 +29,24 @@ import math
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collapse_hpo.hpo.record import (
+    COMPLETE_T_HAT,
+    SAMPLER_STEP_ATTR,
+    STUDY_REFERENCE_ATTR,
+    TrialControls,
+    trial_curve,
+)
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
 
 if TYPE_CHECKING:
     import optuna
-
-# Trial user attrs that carry a run's controls.
-CONTROL_ATTRS = ("total_tokens", "schedule", "tau", "tpp")
-# When the pruner writes the predicted final loss as an extra intermediate value (report_prediction=True), the
-# step it used is recorded here, so that curve readers can leave that point out.
-SAMPLER_STEP_ATTR = "sampler_value_step"
-# Study user attr holding the latest online fit.
-STUDY_REFERENCE_ATTR = "collapse_reference"
-# A completed trial's curve counts as complete (its final loss is known) from this t̂ on.
-COMPLETE_T_HAT = 0.99
-
-
-@dataclass(frozen=True)
-class TrialControls:
-    """The controls of one run that the surrogate needs.
-
-    Attributes:
-        total_tokens: training tokens D of the run (t̂ = step / total_tokens); None when unknown.
-        schedule: LR schedule shape (peak 1).
-        tau: AdamW timescale B/(ηλD); None = no weight decay.
-        tpp: tokens per parameter D/N; None when unknown.
-    """
-
-    total_tokens: float | None = None
-    schedule: Schedule = field(default_factory=Schedule)
-    tau: float | None = None
-    tpp: float | None = None
-
-    @staticmethod
-    def check(
-        *, total_tokens: Any = None, schedule: Any = None, tau: Any = None, tpp: Any = None, where: str
-    ) -> TrialControls:
-        """Validated controls; raises InputError naming ``where`` and the field on a bad value."""
-        tt = _positive(total_tokens, "total_tokens", where, allow_none=True)
-        try:
-            sched = Schedule.parse(schedule)
-        except InputError as err:
-            raise InputError(f"{where}: field 'schedule': {str(err).removeprefix('schedule: ')}") from None
-        t = _positive(tau, "tau", where, allow_none=True, allow_inf=True)
-        if t is not None and math.isinf(t):
-            t = None
-        tp = _positive(tpp, "tpp", where, allow_none=True)
-        return TrialControls(total_tokens=tt, schedule=sched, tau=t, tpp=tp)
-
-    def merged(self, user_attrs: Mapping[str, Any], where: str) -> TrialControls:
-        """These controls overridden by the ones present in a trial's ``user_attrs``.
-
-        Raises InputError naming ``where`` and the attr when a present attr is malformed.
-        """
-        if not any(k in user_attrs for k in CONTROL_ATTRS):
-            return self
-        return TrialControls.check(
-            total_tokens=user_attrs.get("total_tokens", self.total_tokens),
-            schedule=user_attrs.get("schedule", self.schedule),
-            tau=user_attrs.get("tau", self.tau),
-            tpp=user_attrs.get("tpp", self.tpp),
-            where=where,
-        )
-
-
-def _positive(
-    value: Any, name: str, where: str, *, allow_none: bool, allow_inf: bool = False
-) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{where}: field {name!r} must be a positive number, got {value!r}")
-    v = float(value)
-    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
-        raise InputError(f"{where}: field {name!r} must be a positive finite number, got {value!r}")
-    return v
-
-
-def trial_points(trial: optuna.trial.FrozenTrial) -> tuple[np.ndarray, np.ndarray]:
-    """A trial's reported (step, loss) pairs sorted by step, without the pruner's sampler point (if any).
-
-    Steps are tokens seen. Values may be NaN or inf (diverged runs): callers decide what that means.
-    """
-    skip = trial.user_attrs.get(SAMPLER_STEP_ATTR)
-    items = sorted((int(s), float(v)) for s, v in trial.intermediate_values.items() if s != skip)
-    if not items:
-        return np.zeros(0), np.zeros(0)
-    steps, values = zip(*items)
-    return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
-
-
-def trial_curve(trial: optuna.trial.FrozenTrial, defaults: TrialControls) -> Curve | None:
-    """The trial's curve as a predictors ``Curve`` (t̂ = step / total_tokens), or None without total_tokens.
-
-    Raises InputError when the trial's control attrs are malformed.
-    """
-    controls = defaults.merged(trial.user_attrs, f"trial {trial.number}")
-    if controls.total_tokens is None:
-        return None
-    steps, values = trial_points(trial)
-    return Curve(
-        run=f"trial{trial.number}",
-        t_hat=steps / controls.total_tokens,
-        loss=values,
-        schedule=controls.schedule,
-        tau=controls.tau,
-        tpp=controls.tpp if controls.tpp is not None else math.nan,
-        meta={"trial": trial.number},
-    )
-
 
 def reference_curves(
     trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
@@ -200,7 +102,7 @@ class SurrogateReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
@@ -233,7 +135,7 @@ class StudyReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
@@ -291,11 +193,13 @@ class OnlineReference:
 
     def get(
         self,
-        study: optuna.study.Study,
+        study: optuna.study.Study | None,
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
         """The surrogate fitted on the study's completed trials, or (None, why not)."""
+        if study is None:
+            return None, "online calibration needs the sweep's Optuna study (none given)"
         if trials is None:
             trials = study.get_trials(deepcopy=False)
         curves, numbers = reference_curves(trials, defaults)

@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR
 from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path
 
 if TYPE_CHECKING:
     import optuna
 
 COLUMNS = ("number", "state", "draw", "seed", "attempt", "lr", "batch_tokens", "warmup", "weight_decay",
-           "tau", "tpp", "total_tokens", "tokens_trained", "final_loss", "predicted_final_loss",
-           "predicted_low",
-           "predicted_high", "decision_fraction", "prune_reason", "error")
+           "tau", "tpp", "total_tokens", TOKENS_TRAINED_ATTR, "final_loss", *DECISION_ATTRS, ERROR_ATTR)
 
 
 def _num(x: Any) -> float | None:
@@ -64,7 +63,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
         if t.state == optuna.trial.TrialState.WAITING:
             continue
         a = t.user_attrs
-        tokens = a.get("tokens_trained")
+        tokens = a.get(TOKENS_TRAINED_ATTR)
         if tokens is None and t.intermediate_values:
             tokens = max(int(s) for s in t.intermediate_values)
         row = {
@@ -74,9 +73,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "weight_decay": a.get("weight_decay"), "tau": a.get("tau"), "tpp": a.get("tpp"),
             "total_tokens": a.get("total_tokens"), "tokens_trained": tokens,
             "final_loss": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
-            "predicted_final_loss": a.get("predicted_final_loss"), "predicted_low": a.get("predicted_low"),
-            "predicted_high": a.get("predicted_high"), "decision_fraction": a.get("decision_fraction"),
-            "prune_reason": a.get("prune_reason"), "error": a.get("error"),
+            **{k: a.get(k) for k in (*DECISION_ATTRS, ERROR_ATTR)},
         }
         rows.append(row)
     return rows
@@ -159,7 +156,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
     """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = tokens / total_tokens)."""
     import numpy as np
 
-    from collapse_hpo.hpo.reference import SAMPLER_STEP_ATTR
+    from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR
     from collapse_hpo.predictors.curves import Curve
     from collapse_hpo.predictors.schedules import Schedule
 
@@ -181,7 +178,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
 
 
 def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> Any:
-    from collapse_hpo.hpo.reference import STUDY_REFERENCE_ATTR
+    from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.surrogate import Surrogate
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
 import sys
@@ -280,6 +279,10 @@ def reconcile(study: optuna.Study, sweep: SweepConfig, progress: Progress | None
 
 def _heartbeat_ages(storage: Any, study_id: int) -> dict[int, float | None]:
     """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one)."""
+    # Private Optuna API (optuna.storages._rdb.models), on purpose: the public check
+    # (optuna.storages.fail_stale_trials) gives no ages and never fails a trial that recorded no heartbeat
+    # (a worker that died before its first beat), which resume must rerun. tests/test_private_apis.py fails
+    # loudly when Optuna changes these models.
     import optuna
     import sqlalchemy
     from optuna.storages._rdb import models
@@ -756,8 +759,3 @@ def _work_left(study: optuna.Study, sweep: SweepConfig) -> bool:
         return True
     draws = {t.user_attrs.get("draw") for t in trials}
     return not sweep.planned and len(draws - {None}) < sweep.n_draws
-
-
-def finite(x: Any) -> bool:
-    """True for a finite number."""
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

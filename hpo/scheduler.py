@@ -53,16 +53,23 @@ from typing import TYPE_CHECKING, Any
 
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
-from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
-from collapse_hpo.hpo.pruner import DECISIONS_ATTR
-from collapse_hpo.hpo.reference import (
+from collapse_hpo.hpo.decision import PruneSettings
+from collapse_hpo.hpo.judge import Judge, TrialView, Verdict
+from collapse_hpo.hpo.record import (
     COMPLETE_T_HAT,
-    OnlineReference,
+    DECISIONS_ATTR,
+    FINAL_LOSS_ATTR,
+    PRUNE_REASON_ATTR,
+    RAY_CONFIG_ATTR,
+    RAY_TRIAL_ATTR,
+    SAMPLER_STEP_ATTR,
+    DecisionEntry,
     TrialControls,
-    make_reference,
+    read_log,
+    sampler_value,
 )
+from collapse_hpo.hpo.reference import OnlineReference, make_reference
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.predict import Prediction
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -72,7 +79,7 @@ if TYPE_CHECKING:
 
 STATE_FILE = "collapse_scheduler_state.json"
 STATE_FORMAT = "collapse-hpo-scheduler-state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: ``log`` holds DecisionEntry dicts (1: [t̂, prune, prediction] lists; still read)
 #: Optuna steps per unit t̂ when the trainable reports t̂ but not tokens (the mirror's total_tokens then).
 T_HAT_STEPS = 1_000_000
 #: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
@@ -92,11 +99,10 @@ class TrialRecord:
         loss: the metric at those fractions (NaN kept: it means divergence).
         tokens: tokens seen at those reports (or None when only t̂ is known).
         schedule, tau, tpp, total_tokens: the trial's controls (schedule as ``Schedule.to_dict()``).
-        prediction: the latest successful prediction (``Prediction`` fields), None before one.
-        decision: the latest decision: fraction, prune, reason (and user attrs written to Optuna).
+        decision: the latest decision's user attrs (``prune_reason`` always; ``error`` after a failure).
         final_loss: the loss at the last report when the trial completed.
         replayed: reports received again after a restore (t̂ not beyond the last accepted one).
-        log: every judgement, oldest first, as [t̂, prune (bool), predicted final loss or None].
+        log: every judgement, oldest first, as ``record.DecisionEntry`` dicts (the pruner's log entries).
         optuna_trial_id: the mirrored Optuna trial (storage trial id), when mirroring.
         config: the trial config, JSON-safe, for the mirror and for people reading the file.
     """
@@ -110,20 +116,18 @@ class TrialRecord:
     tau: float | None = None
     tpp: float | None = None
     total_tokens: float | None = None
-    prediction: dict[str, Any] | None = None
     decision: dict[str, Any] | None = None
     final_loss: float | None = None
     replayed: int = 0
-    log: list[list[Any]] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
     optuna_trial_id: int | None = None
+    optuna_number: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
 
-    def prediction_obj(self) -> Prediction | None:
-        """The latest prediction as a ``Prediction``."""
-        if self.prediction is None:
-            return None
-        known = {f.name for f in fields(Prediction)}
-        return Prediction(**{k: v for k, v in self.prediction.items() if k in known})
+    def steps(self) -> list[int]:
+        """The reports' steps: tokens seen when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
+        return [round(k) if k is not None else round(t * T_HAT_STEPS)
+                for t, k in zip(self.t_hat, self.tokens)]
 
 
 class CollapseScheduler(FIFOScheduler):
@@ -142,16 +146,22 @@ class CollapseScheduler(FIFOScheduler):
             weight decay, tokens per parameter), used when ``controls`` gives none.
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
             ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
-        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison).
+        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).
+        judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
+            0 = at every result).
         state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
         storage, study_name: Optuna storage URL and study to mirror trials into (both or neither).
         param_distributions: Optuna distributions of config keys, for the mirrored trial params.
         complete_fraction: a trial that ends at t̂ ≥ this is COMPLETE (its last loss is the final loss).
-        report_prediction: give a mirrored PRUNED trial its predicted final loss as its value (default: its
-            last reported loss, Optuna's convention); the prediction is in its user attrs either way.
-            Trade-off as for the pruner's option of that name: a sampler reading the study ranks pruned
-            trials by their prediction, so a bad prediction steers it.
+        report_prediction: as the pruner's option of that name: a mirrored PRUNED trial gets its predicted
+            final loss as an intermediate value at its final step (``sampler_value_step``), so its value is
+            the prediction (default: its last reported loss, Optuna's convention). A sampler reading the
+            study then ranks pruned trials by their prediction, so a bad prediction steers it. Needs a mirror.
+
+    Who competes, when a judgement is due and the decision entry are the judge's (hpo/judge.py), the same as
+    the Optuna ``CollapsePruner``'s: only trials of this session count, complete ones by their final loss and
+    running ones by their latest logged prediction.
     """
 
     def __init__(
@@ -173,6 +183,7 @@ class CollapseScheduler(FIFOScheduler):
         param_distributions: Mapping[str, Any] | None = None,
         complete_fraction: float = COMPLETE_T_HAT,
         report_prediction: bool = False,
+        judge_every: float = 0.02,
     ) -> None:
         super().__init__()
         if mode is not None and mode != "min":
@@ -206,7 +217,11 @@ class CollapseScheduler(FIFOScheduler):
         self.total_tokens = total_tokens
         self.defaults = TrialControls.check(schedule=schedule, tau=tau, tpp=tpp, where="CollapseScheduler")
         self.controls = controls
-        self.settings = settings or PruneSettings()
+        try:
+            self.judge = Judge(settings or PruneSettings(), judge_every=judge_every)
+        except InputError as err:
+            raise InputError(f"CollapseScheduler: {err}") from None
+        self.settings = self.judge.settings
         self.state_path = None if state_path is None else str(state_path)
         self.storage = storage
         self.study_name = study_name
@@ -215,6 +230,11 @@ class CollapseScheduler(FIFOScheduler):
         if not isinstance(report_prediction, bool):
             raise InputError(
                 f"CollapseScheduler: report_prediction must be true or false, got {report_prediction!r}"
+            )
+        if report_prediction and storage is None:
+            raise InputError(
+                "CollapseScheduler: report_prediction gives the prediction to an Optuna sampler through the "
+                "mirror; give storage and study_name too"
             )
         self.report_prediction = report_prediction
         # A surrogate file is read now, so that a bad path fails before the Tune run starts.
@@ -315,11 +335,12 @@ class CollapseScheduler(FIFOScheduler):
         rec.t_hat.append(t)
         rec.loss.append(y)
         rec.tokens.append(tokens)
-        decision, label = self._decide(rec)
-        self._apply(rec, decision, label)
+        self._mirror_trial(rec)  # its number names the trial in the others' logs
+        verdict = self._judge(rec)
+        self._apply(rec, verdict)
         self._save()
-        self._mirror_report(rec, decision, label)
-        return TrialScheduler.STOP if decision.prune else TrialScheduler.CONTINUE
+        self._mirror_report(rec, verdict)
+        return TrialScheduler.STOP if verdict.prune else TrialScheduler.CONTINUE
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
         """A trial ended (trained to its end, or stopped): record COMPLETE or how it stopped."""
@@ -465,61 +486,31 @@ class CollapseScheduler(FIFOScheduler):
             return None, "no reference"
         return self._reference.get(self._mirror_study(), self.defaults)
 
-    def _decide(self, rec: TrialRecord) -> tuple[Decision, str]:
-        """The decision on the record's curve against this session's other trials, and the reference label."""
-        competitors: list[Competitor] = []
-        for tid in self._active:
-            other = self._records.get(tid)
-            # Only complete and running trials compete: a pruned or stopped trial will never finish, and
-            # its stale prediction must not prune the others (see hpo/pruner.py _competitors).
-            if other is None or tid == rec.trial_id or other.status in ("error", "pruned", "stopped"):
-                continue
-            if other.status == "complete" and other.final_loss is not None:
-                final, latest = other.final_loss, None
-            else:
-                # A running trial competes through its curve even before its first prediction (with equal
-                # controls no prediction is needed; see hpo/pruner.py _competitors).
-                final, latest = None, other.prediction_obj()
-            competitors.append(
-                Competitor.from_reports(
-                    other.t_hat, other.loss, final_loss=final, latest=latest,
-                    schedule=Schedule.from_dict(other.schedule), tau=other.tau, tpp=other.tpp,
-                )
-            )
-        surrogate, label = self._surrogate()
-        decision = decide(
-            rec.t_hat,
-            rec.loss,
-            surrogate=surrogate,
-            schedule=Schedule.from_dict(rec.schedule),
-            tau=rec.tau,
-            tpp=rec.tpp if rec.tpp is not None else math.nan,
-            competitors=competitors,
-            settings=self.settings,
-        )
-        return decision, label
+    def _view(self, rec: TrialRecord) -> TrialView:
+        """The judge's view of a record (hpo/judge.py)."""
+        state = {"running": "running", "complete": "complete", "pruned": "pruned"}.get(rec.status, "other")
+        controls = TrialControls(total_tokens=rec.total_tokens, schedule=Schedule.from_dict(rec.schedule),
+                                 tau=rec.tau, tpp=rec.tpp)
+        number: int | str = rec.optuna_number if rec.optuna_number is not None else rec.trial_id
+        return TrialView(number, state, rec.steps(), tuple(rec.t_hat), tuple(rec.loss), controls,
+                         rec.final_loss, tuple(read_log({DECISIONS_ATTR: rec.log})))
 
-    def _judged(self, decision: Decision) -> bool:
-        """Whether a decision is a judgement (logged), as in the pruner: a prune, or from min_fraction on."""
-        return decision.prune or (
-            math.isfinite(decision.fraction) and decision.fraction >= self.settings.min_fraction
-        )
+    def _judge(self, rec: TrialRecord) -> Verdict:
+        """The judge's verdict on the record's latest report against this session's other trials."""
+        def others() -> list[TrialView]:  # in the order the trials were added
+            return [self._view(r) for tid, r in self._records.items()
+                    if tid in self._active and tid != rec.trial_id]
 
-    def _apply(self, rec: TrialRecord, decision: Decision, label: str) -> None:
-        p = decision.prediction
-        good = p is not None and p.ok
-        if good:
-            rec.prediction = asdict(p)
-        rec.decision = {
-            "t_hat": rec.t_hat[-1],
-            "prune": decision.prune,
-            "threshold": decision.threshold,
-            "reference": label,
-            **decision.user_attrs(),
-        }
-        if self._judged(decision):
-            rec.log.append([rec.t_hat[-1], bool(decision.prune), float(p.final_loss) if good else None])
-        if decision.prune:
+        return self.judge.judge(self._view(rec), others, self._surrogate)
+
+    def _apply(self, rec: TrialRecord, verdict: Verdict) -> None:
+        entry = verdict.entry
+        if entry is not None:
+            rec.log.append(entry.to_dict())
+            rec.decision = {**(rec.decision or {}), **entry.latest_attrs()}
+        elif verdict.reason is not None:
+            rec.decision = {**(rec.decision or {}), PRUNE_REASON_ATTR: verdict.reason}
+        if verdict.prune:
             rec.status = "pruned"
 
     def _finish(self, rec: TrialRecord) -> None:
@@ -575,8 +566,8 @@ class CollapseScheduler(FIFOScheduler):
 
         params, dists = _params(rec.config, self.param_distributions)
         attrs: dict[str, Any] = {
-            "ray_trial_id": rec.trial_id,
-            "ray_config": rec.config,
+            RAY_TRIAL_ATTR: rec.trial_id,
+            RAY_CONFIG_ATTR: rec.config,
             "total_tokens": rec.total_tokens if rec.total_tokens else T_HAT_STEPS,
             "schedule": rec.schedule,
             "tau": rec.tau,
@@ -584,48 +575,37 @@ class CollapseScheduler(FIFOScheduler):
         }
         if not rec.total_tokens:
             attrs["step_unit"] = f"t_hat * {T_HAT_STEPS} (the Tune trials report t_hat, not tokens)"
-        frozen = optuna.trial.create_trial(
+        attrs["mirror_key"] = key = f"{rec.trial_id}:{len(rec.log)}:{len(rec.t_hat)}:{os.getpid()}"
+        study.add_trial(optuna.trial.create_trial(
             state=optuna.trial.TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs
-        )
-        rec.optuna_trial_id = study._storage.create_new_trial(study._study_id, template_trial=frozen)
+        ))
+        added = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("mirror_key") == key]
+        rec.optuna_trial_id, rec.optuna_number = _trial_id(added[-1]), added[-1].number
         self._save()
         return rec.optuna_trial_id
 
-    def _mirror_report(self, rec: TrialRecord, decision: Decision, label: str) -> None:
+    def _mirror_report(self, rec: TrialRecord, verdict: Verdict) -> None:
         tid = self._mirror_trial(rec)
         if tid is None:
             return
-        storage = self._study._storage
-        total = rec.total_tokens if rec.total_tokens else T_HAT_STEPS
-        tokens = rec.tokens[-1]
-        step = round(tokens) if tokens is not None else round(rec.t_hat[-1] * total)
-        y = rec.loss[-1]
-        storage.set_trial_intermediate_value(tid, step, y)
+        storage = _storage(self._study)
+        step = rec.steps()[-1]
+        storage.set_trial_intermediate_value(tid, step, rec.loss[-1])
         if rec.total_tokens and isinstance(self.total_tokens, str):
             storage.set_trial_user_attr(tid, "total_tokens", rec.total_tokens)
-        attrs = dict(decision.user_attrs())
-        if not self._judged(decision):
-            attrs = {"prune_reason": attrs["prune_reason"]}
+        stored = storage.get_trial(tid)
+        if verdict.entry is not None:
+            log = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
+            storage.set_trial_user_attr(tid, DECISIONS_ATTR, [*log, verdict.entry.to_dict()])
+            attrs = verdict.entry.latest_attrs()
+        elif verdict.reason is not None:
+            attrs = {PRUNE_REASON_ATTR: verdict.reason}
         else:
-            entry = {
-                "step": step,
-                "t_hat": attrs["decision_fraction"],
-                "n": len(rec.t_hat),
-                "prune": bool(decision.prune),
-                "predicted_final_loss": attrs["predicted_final_loss"],
-                "predicted_low": attrs["predicted_low"],
-                "predicted_high": attrs["predicted_high"],
-                "threshold": decision.threshold,
-                "reference": label,
-                "reason": decision.reason,
-            }
-            log = list(storage.get_trial(tid).user_attrs.get(DECISIONS_ATTR) or [])
-            storage.set_trial_user_attr(tid, DECISIONS_ATTR, [*log, entry])
-            if attrs["predicted_final_loss"] is None:  # keep the latest successful prediction visible
-                attrs = {k: attrs[k] for k in ("decision_fraction", "prune_reason")}
+            attrs = {}
         for k, v in attrs.items():
-            storage.set_trial_user_attr(tid, k, v)
-        if decision.prune:
+            if stored.user_attrs.get(k, object()) != v:
+                storage.set_trial_user_attr(tid, k, v)
+        if verdict.prune:
             self._mirror_finish(rec)
 
     def _mirror_finish(self, rec: TrialRecord) -> None:
@@ -635,27 +615,42 @@ class CollapseScheduler(FIFOScheduler):
         tid = self._mirror_trial(rec)
         import optuna
 
-        storage = self._study._storage
-        state = storage.get_trial(tid).state
-        if state.is_finished():
+        storage = _storage(self._study)
+        stored = storage.get_trial(tid)
+        if stored.state.is_finished():
             return
         TS = optuna.trial.TrialState
         if rec.status == "complete":
-            storage.set_trial_user_attr(tid, "final_loss", rec.final_loss)
+            storage.set_trial_user_attr(tid, FINAL_LOSS_ATTR, rec.final_loss)
             storage.set_trial_state_values(tid, TS.COMPLETE, [rec.final_loss])
         elif rec.status in ("pruned", "stopped"):
             if rec.status == "stopped" and rec.decision is not None:
-                storage.set_trial_user_attr(tid, "prune_reason", rec.decision["prune_reason"])
+                storage.set_trial_user_attr(tid, PRUNE_REASON_ATTR, rec.decision[PRUNE_REASON_ATTR])
             last = rec.loss[-1] if rec.loss else None
             values = [last] if last is not None and math.isfinite(last) else None
-            p = rec.prediction_obj()
-            if self.report_prediction and rec.status == "pruned" and p is not None and p.ok:
-                values = [float(p.final_loss)]
-                storage.set_trial_user_attr(tid, "value_is", "predicted_final_loss")
+            log = read_log({DECISIONS_ATTR: rec.log})
+            point = sampler_value(log[-1], rec.total_tokens or T_HAT_STEPS) if log else None
+            if self.report_prediction and rec.status == "pruned" and point is not None:
+                storage.set_trial_user_attr(tid, SAMPLER_STEP_ATTR, point[0])
+                storage.set_trial_intermediate_value(tid, point[0], point[1])
+                values = [point[1]]  # Optuna's convention: a pruned trial's value is its last step's
             storage.set_trial_state_values(tid, TS.PRUNED, values)
         else:
             storage.set_trial_user_attr(tid, "fail_reason", str((rec.decision or {}).get("error", "error")))
             storage.set_trial_state_values(tid, TS.FAIL, None)
+
+
+def _storage(study: optuna.study.Study) -> Any:
+    """The mirror study's storage. Private Optuna API, on purpose: the scheduler writes to a trial it does
+    not hold a ``Trial`` handle for (Tune calls it from its controller, and a restored driver has only the
+    trial's id in the state file), and Optuna has no public "write to trial by id". Checked by
+    tests/test_private_apis.py, which fails loudly when Optuna renames it."""
+    return study._storage
+
+
+def _trial_id(trial: optuna.trial.FrozenTrial) -> int:
+    """A stored trial's storage id (private Optuna API, for ``_storage``'s writes; same test)."""
+    return trial._trial_id
 
 
 # ---------------------------------------------------------------------- helpers
@@ -681,6 +676,9 @@ def _default_state_paths(trial: Trial) -> tuple[str, list[str]]:
     storage path is written first and is what a restore reads; on a remote one only the staging copy can
     be written, and Tune syncs it with its experiment state.
     """
+    # Ray Tune internals (Trial.storage, a ray.train._internal StorageContext), on purpose: Tune has no public
+    # way for a scheduler to keep state next to the experiment, and a file written beside the staging copy
+    # is overwritten by Tune's sync. tests/test_private_apis.py fails loudly when Ray renames these.
     import pyarrow.fs
 
     storage = trial.storage
@@ -718,15 +716,27 @@ def _read_state(path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
             "scheduler afresh (its decisions so far are then forgotten)"
         ) from None
     fmt = (data.get("format"), data.get("version")) if isinstance(data, dict) else None
-    if fmt != (STATE_FORMAT, STATE_VERSION):
+    if fmt not in ((STATE_FORMAT, 1), (STATE_FORMAT, STATE_VERSION)):
         raise InputError(f"{path}: not a CollapseScheduler state file (format/version); delete or move it")
     known = {f.name for f in fields(TrialRecord)}
     records: dict[str, TrialRecord] = {}
     for tid, d in (data.get("trials") or {}).items():
         if not isinstance(d, dict) or d.get("status") not in STATUSES:
             raise InputError(f"{path}: trial {tid!r} has a malformed record; delete the file to start afresh")
-        records[tid] = TrialRecord(**{k: v for k, v in d.items() if k in known})
+        rec = TrialRecord(**{k: v for k, v in d.items() if k in known})
+        if fmt[1] == 1:  # version 1 logged [t̂, prune, prediction]: the entry type holds the same facts
+            rec.log = [_v1_entry(item, rec) for item in rec.log]
+        records[tid] = rec
     return records
+
+
+def _v1_entry(item: Any, rec: TrialRecord) -> dict[str, Any]:
+    t, prune, pred = [*list(item), None, None, None][:3]
+    return DecisionEntry(
+        step=round(float(t) * (rec.total_tokens or T_HAT_STEPS)), t_hat=t, n=0, prune=bool(prune),
+        predicted_final_loss=pred, predicted_low=None, predicted_high=None, threshold=None,
+        threshold_trial=None, reference=None, reason="(from a version-1 state file)",
+    ).to_dict()
 
 
 def _json_safe(value: Any) -> Any:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.timescale import adamw_tau, optimal_tau, weight_decay_for_tau
+from collapse_hpo.predictors.timescale import derive_decay, optimal_tau
 
 if TYPE_CHECKING:
     import optuna
@@ -76,25 +76,38 @@ class TauHeldSpace:
                 hp[key] = int(hp[key])
         tau = hp.pop("tau", None)
         tau = self.tau if tau is None else float(tau)
-        if tau is not None:
-            hp["weight_decay"] = weight_decay_for_tau(hp["batch_tokens"], hp["lr"], tau, self.total_tokens)
-            hp["tau"] = float(tau)
-        else:
-            lam = float(hp.get("weight_decay", 0.0))
-            hp["weight_decay"] = lam
-            t = adamw_tau(hp["batch_tokens"], hp["lr"], lam, self.total_tokens)
-            hp["tau"] = None if math.isinf(t) else t
+        lam = None if tau is not None else float(hp.get("weight_decay", 0.0))
+        hp["weight_decay"], hp["tau"] = derive_decay(
+            hp["batch_tokens"], hp["lr"], self.total_tokens, tau=tau, weight_decay=lam
+        )
         return hp
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
         """Sample the searched hyperparameters on ``trial`` (with the stored distributions), derive λ, and
-        record ``weight_decay``, ``tau`` and ``total_tokens`` as user attrs. Returns `derive`."""
-        params = {name: trial._suggest(name, dist) for name, dist in self.distributions.items()}
+        record ``weight_decay``, ``tau`` and ``total_tokens`` as user attrs. Returns `derive`.
+
+        λ is derived for D = ``total_tokens`` of this space: a trainer that rounds D to whole steps (as
+        ``trainers.config.plan`` does) should be given that D here, or record its own λ (the sweep runner
+        records the trainer's, from the same ``predictors.timescale.derive_decay``)."""
+        params = {name: suggest(trial, name, dist) for name, dist in self.distributions.items()}
         hp = self.derive(params)
         trial.set_user_attr("weight_decay", hp["weight_decay"])
         trial.set_user_attr("tau", hp["tau"])
         trial.set_user_attr("total_tokens", self.total_tokens)
         return hp
+
+
+def suggest(trial: optuna.trial.BaseTrial, name: str, dist: Any) -> Any:
+    """Sample ``name`` from an Optuna distribution through the trial's public ``suggest_*`` methods."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    raise InputError(f"search space: {name!r} has an unsupported distribution {type(dist).__name__}")
 
 
 def sweep_total_tokens(sweep: SweepConfig) -> tuple[int, float, int]:

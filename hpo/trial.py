@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
 import threading
 import traceback
 from collections.abc import Callable
@@ -90,7 +88,7 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
     p = sweep.pruner
     return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
                           confidence=p.confidence, keep_top_k=p.keep_top_k, comparison=p.comparison,
-                          margin=p.margin, report_prediction=p.report_prediction)
+                          margin=p.margin, report_prediction=p.report_prediction, judge_every=p.judge_every)
 
 
 def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:
@@ -99,6 +97,15 @@ def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:
         if draw in f.draws and attempt in f.attempts:
             return f
     return None
+
+
+def report_drills(fault: Any) -> list[Callable[[Any], None]]:
+    """The reporter hooks of a sweep's fault drill (``kill_worker``: the worker dies outright); [] without."""
+    if fault is None or fault.kind != "kill_worker":
+        return []
+    from collapse_hpo.trainers.fault import KillWorker
+
+    return [KillWorker(fault.start_t_hat)]
 
 
 def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
@@ -147,7 +154,7 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
     p = plan(config)
     derived = {
         "lr": float(hp["lr"]), "batch_tokens": int(hp["batch_tokens"]), "weight_decay": p.weight_decay,
-        "tau": None if math.isinf(p.tau) else p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
+        "tau": p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
         "schedule": sched.to_dict(), "warmup": sched.warmup, "seed": int(seed),
         "params_non_embedding": p.params_non_embedding, "width": shape["width"], "depth": shape["depth"],
     }
@@ -205,7 +212,8 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     study = optuna.load_study(study_name=config["study"], storage=storage,
                               pruner=build_pruner(sweep, bool(config["prune"])))
     number = int(config["number"])
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    study_id = storage.get_study_id_from_name(config["study"])
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     frozen = storage.get_trial(trial_id)
     if frozen.state != optuna.trial.TrialState.RUNNING:
         return frozen.state.name
@@ -222,6 +230,7 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
             for key, value in derived.items():
                 trial.set_user_attr(key, value)
             _record_ray_node(trial)
+            drills = report_drills(fault)
 
             def reporter(r: Any) -> None:
                 heartbeat.beat()
@@ -234,8 +243,8 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
                     tune_report({"loss": loss, "t_hat": float(r.t_hat), "tokens": tokens, "lr": float(r.lr),
                                  "val_loss": None if r.val_loss is None else float(r.val_loss),
                                  "number": number})
-                if fault is not None and fault.kind == "kill_worker" and r.t_hat >= fault.start_t_hat:
-                    os.kill(os.getpid(), signal.SIGKILL)  # an injected fault: the worker dies outright
+                for drill in drills:  # fault drills (sweep YAML ``faults``); none in a normal sweep
+                    drill(r)
                 # The last report is the end of training: nothing is saved by pruning there.
                 if float(r.t_hat) < 1.0 - 1e-9 and trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at {tokens} tokens")

@@ -61,3 +61,39 @@ def optimal_tau(
 ) -> float:
     """τ_opt(TPP) = coefficient · TPP^exponent (defaults: METHOD.md §2 fit of the Celerity settings)."""
     return _positive("coefficient", coefficient) * _positive("tpp", tpp) ** float(exponent)
+
+
+def no_decay_tau(tau: object) -> object:
+    """``tau`` with the legacy "no weight decay" encodings (``inf``, ``"inf"``) turned into None, the one
+    encoding of "no weight decay" at every boundary; any other value is returned as is (for the caller's
+    validation)."""
+    if isinstance(tau, str) and tau.strip().lower() == "inf":
+        return None
+    if isinstance(tau, float) and math.isinf(tau) and tau > 0:
+        return None
+    return tau
+
+
+def derive_decay(
+    batch_tokens: float,
+    lr: float,
+    total_tokens: float,
+    *,
+    tau: float | None = None,
+    weight_decay: float | None = None,
+) -> tuple[float, float | None]:
+    """The run's AdamW decay: (λ, τ), the one place λ is derived from a held τ.
+
+    With ``tau`` (held): λ = B / (η τ D). With ``weight_decay``: τ = B / (η λ D). Neither, or λ = 0: no weight
+    decay, returned as (0.0, None). Units: B and D in tokens, η the peak LR of the hidden matrices; D must be
+    the tokens the run actually trains (after any rounding to whole steps). Raises InputError when both are
+    given or a value is out of range.
+    """
+    if tau is not None and weight_decay is not None:
+        raise InputError("give tau or weight_decay, not both (weight_decay is derived from tau)")
+    if tau is not None:
+        t = _positive("tau", tau)
+        return weight_decay_for_tau(batch_tokens, lr, t, total_tokens), t
+    lam = 0.0 if weight_decay is None else float(weight_decay)
+    t_ = adamw_tau(batch_tokens, lr, lam, total_tokens)
+    return lam, None if math.isinf(t_) else t_

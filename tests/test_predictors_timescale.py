@@ -41,3 +41,16 @@ def test_tpp_and_optimal_tau_law():
 def test_bad_values_raise_input_error(call):
     with pytest.raises(InputError):
         call()
+
+
+def test_derive_decay_is_the_one_derivation_of_lambda():
+    from collapse_hpo.predictors.timescale import derive_decay, no_decay_tau
+
+    lam, tau = derive_decay(2048, 3e-3, 1_105_920, tau=0.175)
+    assert lam == weight_decay_for_tau(2048, 3e-3, 0.175, 1_105_920) and tau == 0.175
+    assert derive_decay(2048, 3e-3, 1_105_920, weight_decay=lam)[1] == pytest.approx(0.175)
+    assert derive_decay(2048, 3e-3, 1_105_920) == (0.0, None)  # no weight decay: tau None
+    assert derive_decay(2048, 3e-3, 1_105_920, weight_decay=0.0) == (0.0, None)
+    with pytest.raises(InputError, match="not both"):
+        derive_decay(2048, 3e-3, 1_105_920, tau=0.1, weight_decay=0.1)
+    assert no_decay_tau(math.inf) is None and no_decay_tau("inf") is None and no_decay_tau(0.2) == 0.2

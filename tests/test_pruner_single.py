@@ -15,18 +15,21 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo.decision import PruneSettings, decide
-from collapse_hpo.hpo.pruner import DECISIONS_ATTR, CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.reference import (
+from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.record import (
+    DECISIONS_ATTR,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
+    TrialControls,
+    trial_points,
+)
+from collapse_hpo.hpo.reference import (
     OnlineReference,
     StudyReference,
     SurrogateReference,
-    TrialControls,
     fit_surrogate,
     make_reference,
     reference_curves,
-    trial_points,
 )
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
@@ -57,10 +60,14 @@ def db_dir(tmp_path):
 
 @pytest.fixture(scope="module")
 def surrogate() -> Surrogate:
-    """A surrogate calibrated on a synthetic family (3 τ at 20 TPP, the same noise as the sweeps)."""
+    """A surrogate calibrated on a synthetic family (3 τ at 20 TPP, two noise draws each, the sweeps' noise).
+    Two runs per setting give it ``pair_bands``, so the default (paired) comparison is what the
+    tests below exercise, not its unpaired fallback."""
     family = synthetic_curves(taus=(0.05, 0.1, 0.2), tpps=(20.0,), n_points=REPORTS, t_start=1.0 / REPORTS,
-                              seed=1)
-    return fit_surrogate(family)
+                              seeds=2, seed=1)
+    fitted = fit_surrogate(family)
+    assert fitted.pair_bands, "the paired comparison needs pair_bands"
+    return fitted
 
 
 def true_final(x: float) -> float:
@@ -111,8 +118,7 @@ def test_docstring_example_runs():
 
 
 def test_prunes_the_bad_trials_and_keeps_the_true_best(surrogate):
-    # The interval rule (each trial's own predicted interval against the others' pessimistic bounds).
-    study = run_study(CollapsePruner(reference=surrogate, comparison="interval"), n_trials=20)
+    study = run_study(CollapsePruner(reference=surrogate), n_trials=20)
     trials = study.get_trials()
     finals = {t.number: true_final(t.params["x"]) for t in trials}
     best = min(finals, key=finals.get)
@@ -120,15 +126,16 @@ def test_prunes_the_bad_trials_and_keeps_the_true_best(surrogate):
     pruned = [t for t in trials if t.state == PRUNED]
     assert len(pruned) >= 8
     for t in trials:
-        # Every trial clearly worse (>3%) than the best trial completed before it started was pruned.
+        # Every trial clearly worse (>5%: past the 4% margin) than the best trial completed before it started
+        # was pruned.
         earlier = [finals[u.number] for u in trials[: t.number] if u.state == COMPLETE]
-        if earlier and finals[t.number] > 1.03 * min(earlier):
+        if earlier and finals[t.number] > 1.05 * min(earlier):
             assert t.state == PRUNED, (t.number, finals[t.number], min(earlier))
     for t in pruned:
         a = t.user_attrs
         assert a["predicted_final_loss"] == pytest.approx(finals[t.number], rel=0.01)
         assert a["predicted_low"] < a["predicted_final_loss"] < a["predicted_high"]
-        assert 0.1 <= a["decision_fraction"] < 1.0 and a["prune_reason"].startswith("optimistic final loss")
+        assert 0.1 <= a["decision_fraction"] < 1.0 and "loss ratio at t_hat=" in a["prune_reason"]
         log = trial_decisions(t)
         assert log[-1]["prune"] and log[-1]["step"] == t.last_step
         assert all(not e["prune"] for e in log[:-1])

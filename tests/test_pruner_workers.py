@@ -27,8 +27,9 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
-from collapse_hpo.hpo.pruner import DECISIONS_ATTR, CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.reference import TrialControls, fit_surrogate, reference_curves, trial_points
+from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.record import DECISIONS_ATTR, TrialControls, trial_points
+from collapse_hpo.hpo.reference import fit_surrogate, reference_curves
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves

@@ -1,9 +1,9 @@
 """Issue 6.6, "writes nothing", for a sweep whose trials need more than the Ray cluster has.
 
 `collapse-hpo run` with ``resources.cpu`` above the cluster's CPUs must exit 2 with one line naming the file
-and ``field 'resources'``, and create nothing. Known bug (RELIABILITY.md): the check runs after the results
-folder and the study were created (`hpo/runner.py`: `_capacity` is called in `launch`, after `create_study`),
-so a corrected file is then refused by `run` ("study ... already exists"; `resume` works).
+and ``field 'resources'``, and create nothing. RELIABILITY.md row 6: this was a bug (the check ran after the
+results folder and the study were created, so a corrected file was then refused by `run`); it is fixed: for
+a local Ray the check runs before anything is created, and these tests keep it so.
 """
 
 from __future__ import annotations

@@ -33,15 +33,16 @@ TAU, TPP, N = 0.1, 20.0, 20
 SCHEDULE = Schedule()
 SURROGATE = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
                       error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)])
+TRUTH = Surrogate(b_c=0.55, b_e=0.3, q_c=1.0, q_e=0.1)  # the runs' true shape: the reference misses it
 # Grid order: the clean reference trial first, then one trial per fault.
 KINDS = ["clean", "nan", "inf", "negative", "missing", "repeated", "out_of_order", "past_end"]
 BAD_T = 0.3  # where the fault is reported (t̂)
 
 
 def reports(kind: str) -> list[dict]:
-    """The results one trial sends to Tune: the exact collapse curve of a run ending at loss 3.0."""
+    """The results one trial sends to Tune: a run ending at loss 3.0 whose shape the reference misses."""
     t = np.arange(1, N + 1) / N
-    y = 3.0 * SURROGATE.normalized(t, SCHEDULE, TAU, TPP)
+    y = 3.0 * TRUTH.normalized(t, SCHEDULE, TAU, TPP)
     out = [{"loss": float(a), "t_hat": float(b)} for a, b in zip(y, t)]
     i = round(BAD_T * N) - 1  # index of t̂ = BAD_T
     if kind == "nan":
@@ -125,9 +126,10 @@ def test_bad_reports_in_a_real_tune_run_are_recorded_and_never_crash(tmp_path: P
     past = rec["past_end"]
     assert past["status"] == "complete"
     assert "past t_hat=1" in past["decision"]["prune_reason"]
-    # The clean trial (the competitor of the others) was predicted at its true final loss at every judgement.
-    preds = [e[2] for e in clean["log"] if e[2] is not None]
-    assert preds and np.allclose(preds, 3.0, rtol=0.01)
+    # The clean trial (the competitor of the others) was predicted near its true final loss at every judgement
+    # (the reference misses the true shape by about 1.5%).
+    preds = [e["predicted_final_loss"] for e in clean["log"] if e["predicted_final_loss"] is not None]
+    assert preds and np.allclose(preds, 3.0, rtol=0.03)
 
 
 @pytest.mark.slow

@@ -195,3 +195,19 @@ def test_cli_replay_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert main(["replay", str(path), "--pruner", "none", "--csv", str(out_csv)]) == 2
     assert "complete curves" in capsys.readouterr().err
     assert not out_csv.exists()
+
+
+def test_cli_replay_skips_a_peer_whose_library_is_absent(tmp_path, capsys, monkeypatch):
+    """surestop is a dev extra: on a plain install the conformal peers are skipped with a note."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "surestop" else real(name, *a))
+    path = tmp_path / "sweep.csv"
+    write_curves_csv(path, parallel_sweep(4))
+    rc = main(["replay", str(path), "--pruner", "none", "--pruner", "conformal", "--orders", "1"])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert "conformal skipped: needs the 'surestop' package" in out.err
+    assert "none" in out.out and "conformal" not in out.out

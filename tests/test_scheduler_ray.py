@@ -41,11 +41,14 @@ pytestmark = pytest.mark.slow
 TAU, TPP = 0.1, 20.0
 SCHEDULE = Schedule()
 N_REPORTS = 20
-# The ground-truth shape with a small learned error (1% scale) so that predictions carry an interval.
+# The scheduler's reference, with a small learned error (1% scale) so that predictions carry an interval.
 SURROGATE = Surrogate(
     b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
     error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)],
 )
+# The trials' true curve shape is another one (b_c 10% larger): the reference misses it, as a reference
+# calibrated elsewhere does, by about 1.5% of the final loss; predictions are checked against the truth.
+TRUTH = Surrogate(b_c=0.55, b_e=0.3, q_c=1.0, q_e=0.1)
 # Grid order of the trials and their true final losses: the best (lr=0.01) comes second, so later trials
 # are pruned only if the scheduler remembers it.
 LRS = [0.003, 0.01, 0.05, 0.004, 0.02, 0.0012]
@@ -58,9 +61,9 @@ def true_final_loss(lr: float) -> float:
 
 
 def curve(lr: float) -> tuple[np.ndarray, np.ndarray]:
-    """The (t̂, loss) reports of a trial: the surrogate's shape times its final loss, 0.2% noise (seed: lr)."""
+    """The (t̂, loss) reports of a trial: the true shape times its final loss, 0.2% noise (seed: lr)."""
     t = np.arange(1, N_REPORTS + 1) / N_REPORTS
-    shape = SURROGATE.normalized(t, SCHEDULE, TAU, TPP)
+    shape = TRUTH.normalized(t, SCHEDULE, TAU, TPP)
     rng = np.random.default_rng(round(lr * 1e6))
     return t, true_final_loss(lr) * shape * (1.0 + 0.002 * rng.standard_normal(t.size))
 
@@ -171,8 +174,9 @@ def test_scheduler_stops_bad_trials_and_keeps_the_best(reference_run):
     for lr in pruned:
         assert 0.2 <= res[lr]["prune_t_hat"] < 0.9, (lr, res[lr])
         # the logged judgement that pruned it carries a prediction close to the truth
-        _, prune, predicted = res[lr]["log"][-1]
-        assert prune and predicted == pytest.approx(true_final_loss(lr), rel=0.02)
+        last = res[lr]["log"][-1]
+        prune, predicted = last["prune"], last["predicted_final_loss"]
+        assert prune and predicted == pytest.approx(true_final_loss(lr), rel=0.03)
     # Tune saw the same: pruned trials stopped before their last report, the best one ran to t̂ = 1.
     by_lr = {r.config["lr"]: r for r in reference_run["grid"]}
     assert by_lr[best].metrics["t_hat"] == pytest.approx(1.0)
@@ -192,7 +196,7 @@ def test_optuna_mirror_has_honest_states(reference_run):
         else:
             assert m["state"] == "PRUNED"
             a = m["attrs"]
-            assert a["predicted_final_loss"] == pytest.approx(true_final_loss(lr), rel=0.02)
+            assert a["predicted_final_loss"] == pytest.approx(true_final_loss(lr), rel=0.03)
             assert a["predicted_low"] < a["predicted_final_loss"] < a["predicted_high"]
             assert "pruned" in a["prune_reason"]
             assert a["decision_fraction"] == pytest.approx(res[lr]["prune_t_hat"])
@@ -264,9 +268,11 @@ def test_restore_after_sigkill_makes_the_same_decisions(reference_run, fast_dir,
         assert a["status"] == r["status"], lr
         assert a["prune_t_hat"] == r["prune_t_hat"], lr
         # every judgement, at every report, with the same prediction
-        assert [x[:2] for x in a["log"]] == [x[:2] for x in r["log"]], lr
-        np.testing.assert_allclose([x[2] for x in a["log"] if x[2] is not None],
-                                   [x[2] for x in r["log"] if x[2] is not None], rtol=1e-9)
+        judged = [(x["t_hat"], x["prune"]) for x in a["log"]]
+        assert judged == [(x["t_hat"], x["prune"]) for x in r["log"]], lr
+        np.testing.assert_allclose([x["predicted_final_loss"] for x in a["log"] if x["predicted_final_loss"]],
+                                   [x["predicted_final_loss"] for x in r["log"] if x["predicted_final_loss"]],
+                                   rtol=1e-9)
         if r["final_loss"] is not None:
             assert a["final_loss"] == pytest.approx(r["final_loss"], rel=1e-9)
     # the trial killed mid-run was restarted from scratch, its first reports answered from the record; the

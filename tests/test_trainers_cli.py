@@ -119,6 +119,7 @@ def test_train_config_rejects_bad_values_naming_the_field():
         TrainConfig(dtype="bfloat16")
     with pytest.raises(InputError, match="unknown field"):
         TrainConfig.from_dict({"width": 32, "widht": 3})
-    c = TrainConfig(width=32, heads=2, tau=float("inf"), schedule="cosine")
-    assert TrainConfig.from_dict(c.to_dict()) == c
+    c = TrainConfig(width=32, heads=2, tau=float("inf"), schedule="cosine")  # legacy "no decay"
+    assert c.tau is None and c.to_dict()["tau"] is None  # one encoding of "no weight decay": None
+    assert TrainConfig.from_dict(c.to_dict()) == c == TrainConfig.from_dict({**c.to_dict(), "tau": "inf"})
     assert json.loads(json.dumps(c.to_dict()))["schedule"]["kind"] == "cosine"

@@ -73,7 +73,8 @@ def test_weight_decay_from_tau_and_tau_from_weight_decay(corpus):
     back = plan(dataclasses.replace(c, tau=None, weight_decay=p.weight_decay))
     assert back.tau == pytest.approx(0.25)
     assert adamw_tau(512, 2e-3, p.weight_decay, 51_200) == pytest.approx(0.25)
-    assert math.isinf(plan(dataclasses.replace(c, tau=None)).tau)  # neither: no decay
+    none = plan(dataclasses.replace(c, tau=None))  # neither: no decay, one encoding (None)
+    assert none.tau is None and none.weight_decay == 0.0
     with pytest.raises(InputError, match="not both"):
         dataclasses.replace(c, weight_decay=0.1)
     result = train(dataclasses.replace(c, total_tokens=1024))

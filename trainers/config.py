@@ -23,7 +23,7 @@ from typing import Any
 
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
-from collapse_hpo.predictors.timescale import adamw_tau, weight_decay_for_tau
+from collapse_hpo.predictors.timescale import derive_decay, no_decay_tau
 
 #: The exact phrase a FaultConfig needs in its ``acknowledge`` field. A fault corrupts training on purpose.
 FAULT_ACKNOWLEDGEMENT = "I am injecting a training fault on purpose"
@@ -229,6 +229,8 @@ class TrainConfig:
         # Normalize convertible fields (frozen dataclass: object.__setattr__).
         if not isinstance(self.schedule, Schedule):
             object.__setattr__(self, "schedule", Schedule.parse(self.schedule))
+        # One "no weight decay" encoding: tau None (a legacy inf or "inf" is read as None).
+        object.__setattr__(self, "tau", no_decay_tau(self.tau))
         if isinstance(self.fault, dict):
             try:
                 object.__setattr__(self, "fault", FaultConfig(**self.fault))
@@ -296,13 +298,8 @@ class TrainConfig:
             raise bad("total_tokens", f"must be a positive integer (tokens), got {self.total_tokens!r}")
         if self.tau is not None and self.weight_decay is not None:
             raise bad("tau", "give tau or weight_decay, not both (weight_decay is derived from tau)")
-        if self.tau is not None and (
-            not isinstance(self.tau, int | float)
-            or isinstance(self.tau, bool)
-            or math.isnan(self.tau)
-            or self.tau <= 0
-        ):
-            raise bad("tau", f"must be a positive number (inf = no decay), got {self.tau!r}")
+        if self.tau is not None and (not _is_number(self.tau) or self.tau <= 0):
+            raise bad("tau", f"must be a positive number (None = no weight decay), got {self.tau!r}")
         if self.weight_decay is not None and (not _is_number(self.weight_decay) or self.weight_decay < 0):
             raise bad("weight_decay", f"must be a non-negative number, got {self.weight_decay!r}")
         if self.batch_tokens % self.context:
@@ -364,8 +361,6 @@ class TrainConfig:
         d["schedule"] = self.schedule.to_dict()
         d["fault"] = None if self.fault is None else self.fault.to_dict()
         d["val_fractions"] = list(self.val_fractions)
-        if d["tau"] is not None and math.isinf(d["tau"]):
-            d["tau"] = "inf"
         return d
 
     @classmethod
@@ -377,10 +372,7 @@ class TrainConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise InputError(f"TrainConfig: unknown field(s) {', '.join(unknown)}")
-        kwargs = dict(d)
-        if kwargs.get("tau") == "inf":
-            kwargs["tau"] = math.inf
-        return cls(**kwargs)
+        return cls(**dict(d))
 
 
 @dataclass(frozen=True)
@@ -392,7 +384,7 @@ class Plan:
         total_tokens: D, a whole number of steps; steps = D / batch_tokens.
         tpp: actual D/N. requested_total_tokens: tpp·N or the given total_tokens, before rounding to steps.
         micro_batch_tokens: tokens per micro-batch (before a fault's restart); accumulation = B / micro.
-        weight_decay: λ of the hidden matrices (0 = none); tau: B/(ηλD) (inf when λ = 0).
+        weight_decay: λ of the hidden matrices (0 = none); tau: B/(ηλD) (None = no weight decay).
         m_n, m_l: CompleteP width and depth multipliers. base_lr: η·m_N (embeddings, unembedding, LayerNorm).
         report_every_tokens, checkpoint_every_tokens: cadences in tokens (whole steps).
     """
@@ -405,7 +397,7 @@ class Plan:
     tpp: float
     micro_batch_tokens: int
     weight_decay: float
-    tau: float
+    tau: float | None
     m_n: float
     m_l: float
     base_lr: float
@@ -413,10 +405,8 @@ class Plan:
     checkpoint_every_tokens: int
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        if math.isinf(d["tau"]):
-            d["tau"] = None
-        return d
+        """A JSON-ready dict of the plan."""
+        return dataclasses.asdict(self)
 
 
 def _round_up_to_steps(tokens: int, batch_tokens: int) -> int:
@@ -440,14 +430,7 @@ def plan(config: TrainConfig) -> Plan:
         requested = (config.tpp if config.tpp is not None else 20.0) * n
     steps = max(1, round(requested / b))
     d = steps * b
-    if config.tau is not None:
-        lam = weight_decay_for_tau(b, config.lr, config.tau, d)
-        tau = float(config.tau)
-    elif config.weight_decay is not None:
-        lam = float(config.weight_decay)
-        tau = adamw_tau(b, config.lr, lam, d)
-    else:
-        lam, tau = 0.0, math.inf
+    lam, tau = derive_decay(b, config.lr, d, tau=config.tau, weight_decay=config.weight_decay)
     m_n = config.width / config.base_width
     m_l = config.depth / config.base_depth
     report = config.report_every_tokens or max(1, d // 100)

@@ -13,13 +13,89 @@ loss is the true loss.
 
 `misnormalized_linear_cross_entropy` is chunked over rows like the fused kernel (no full [T, V] logits) and
 supports reduction "sum" and "mean". `fault_applies` says whether the fault hits a given micro-batch.
+
+Fault drills reach the training loop only through one hook: `step_hook(fault, total_tokens, micro)` gives
+the loop a `StepHook` whose `before_step(tokens_before)` says how the next optimizer step runs (micro-batch
+size and the summed loss function) and raises the drills' exceptions; without a fault it is `CLEAN`. The
+sweep's "kill the worker" drill is a reporter hook, `KillWorker`.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
-from collapse_hpo.trainers.config import FaultConfig
+from collapse_hpo.kernels.cross_entropy import fused_linear_cross_entropy
+from collapse_hpo.trainers.config import FaultConfig, InjectedFault
+
+#: ``loss_sum(hidden, weight, targets, logit_scale) -> summed cross-entropy (nats)`` of one micro-batch.
+LossSum = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+
+def clean_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                   logit_scale: float) -> torch.Tensor:
+    """The correct summed cross-entropy (the fused kernel)."""
+    return fused_linear_cross_entropy(hidden, weight, targets, logit_scale=logit_scale, reduction="sum")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How one optimizer step runs: ``micro_batch_tokens`` per micro-batch and the summed loss function."""
+
+    micro_batch_tokens: int
+    loss_sum: LossSum
+
+
+class StepHook:
+    """What the training loop asks before each optimizer step (no fault: the run's own plan, unchanged).
+
+    Args:
+        fault: the injected fault, or None.
+        total_tokens: D of the run (t̂ = tokens / D).
+        micro_batch_tokens: the run's micro-batch size.
+    """
+
+    def __init__(self, fault: FaultConfig | None, total_tokens: int, micro_batch_tokens: int) -> None:
+        self.fault, self.total_tokens, self.micro = fault, total_tokens, micro_batch_tokens
+        self._clean = StepPlan(micro_batch_tokens, clean_loss_sum)
+
+    def before_step(self, tokens_before: int) -> StepPlan:
+        """The plan of the step that starts after ``tokens_before`` tokens; raises an injected exception
+        (``exception``: `InjectedFault`; ``out_of_memory``: ``torch.OutOfMemoryError``) at its t̂."""
+        f, d = self.fault, self.total_tokens
+        if f is None or tokens_before < f.start_t_hat * d:
+            return self._clean
+        if f.kind == "exception":
+            raise InjectedFault(f"injected fault at t_hat {tokens_before / d:.4f} ({tokens_before} tokens)")
+        if f.kind == "out_of_memory":
+            raise torch.OutOfMemoryError(f"injected out-of-memory at t_hat {tokens_before / d:.4f}")
+        if f.kind == "nan_loss":
+            return StepPlan(self.micro, lambda h, w, y, s: clean_loss_sum(h, w, y, s) * float("nan"))
+        micro = f.micro_batch_tokens or self.micro  # the "restart on new hardware" runs at the faulty size
+        if not fault_applies(f, tokens_before, d, micro, self.micro):
+            return StepPlan(micro, clean_loss_sum)
+
+        def faulty(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor, s: float) -> torch.Tensor:
+            return misnormalized_linear_cross_entropy(h, w, y, f, logit_scale=s, reduction="sum")
+
+        return StepPlan(micro, faulty)
+
+
+class KillWorker:
+    """The sweep's "worker dies" drill, as a reporter hook: SIGKILL this process at the first report at or
+    past ``start_t_hat`` (fraction of training tokens)."""
+
+    def __init__(self, start_t_hat: float) -> None:
+        self.start_t_hat = start_t_hat
+
+    def __call__(self, report: Any) -> None:
+        if report.t_hat >= self.start_t_hat:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 _CHUNK_ROWS = 2048
 

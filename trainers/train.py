@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,16 +31,9 @@ import torch
 from collapse_hpo.kernels.cross_entropy import fused_linear_cross_entropy
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.trainers.checkpoint import fingerprint, load_checkpoint, save_checkpoint
-from collapse_hpo.trainers.config import (
-    FaultConfig,
-    InjectedFault,
-    Plan,
-    TrainConfig,
-    count_parameters,
-    plan,
-)
+from collapse_hpo.trainers.config import Plan, TrainConfig, count_parameters, plan
 from collapse_hpo.trainers.data import TrainBatches, load_corpus, validation_windows
-from collapse_hpo.trainers.fault import fault_applies, misnormalized_linear_cross_entropy
+from collapse_hpo.trainers.fault import StepHook
 from collapse_hpo.trainers.model import GPT
 from collapse_hpo.trainers.optim import build_optimizer, set_lr, step_lr
 
@@ -106,21 +98,6 @@ class TrainResult:
 Reporter = Callable[[Report], None]
 
 
-def _loss_sum(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    logit_scale: float,
-    fault: FaultConfig | None,
-) -> torch.Tensor:
-    """Summed cross-entropy (nats) of a micro-batch; the faulty kernel when ``fault`` is given."""
-    if fault is not None:
-        return misnormalized_linear_cross_entropy(
-            hidden, weight, targets, fault, logit_scale=logit_scale, reduction="sum"
-        )
-    return fused_linear_cross_entropy(hidden, weight, targets, logit_scale=logit_scale, reduction="sum")
-
-
 @contextlib.contextmanager
 def _threads(n: int | None):
     if n is None:
@@ -178,7 +155,7 @@ def _metadata(config: TrainConfig, p: Plan, corpus, batches: TrainBatches, warni
         "lr": config.lr,
         "base_lr": p.base_lr,
         "weight_decay": p.weight_decay,
-        "tau": None if math.isinf(p.tau) else p.tau,
+        "tau": p.tau,
         "tpp": p.tpp,
         "total_tokens": p.total_tokens,
         "requested_total_tokens": p.requested_total_tokens,
@@ -305,21 +282,14 @@ def _train(config: TrainConfig, reporter: Reporter | None) -> TrainResult:
             },
         )
 
-    fault = config.fault
+    hook = StepHook(config.fault, D, p.micro_batch_tokens)  # fault drills: the loop's only contact with them
     started = time.perf_counter()
     start_tokens = step * B
     lr = step_lr(config.schedule, max(step - 1, 0), B, D, config.lr)
     while step < p.steps:
         tokens_before = step * B
-        fault_on = fault is not None and tokens_before >= fault.start_t_hat * D
-        if fault_on and fault.kind == "exception":
-            raise InjectedFault(f"injected fault at t_hat {tokens_before / D:.4f} ({tokens_before} tokens)")
-        if fault_on and fault.kind == "out_of_memory":
-            raise torch.OutOfMemoryError(f"injected out-of-memory at t_hat {tokens_before / D:.4f}")
-        micro = p.micro_batch_tokens
-        if fault_on and fault.kind == "loss_normalization" and fault.micro_batch_tokens:
-            micro = fault.micro_batch_tokens  # the "restart on new hardware" runs at the faulty size
-        corrupt = fault if fault_applies(fault, tokens_before, D, micro, p.micro_batch_tokens) else None
+        step_plan = hook.before_step(tokens_before)
+        micro = step_plan.micro_batch_tokens
 
         lr = step_lr(config.schedule, step, B, D, config.lr)
         set_lr(optimizer, lr)
@@ -332,9 +302,7 @@ def _train(config: TrainConfig, reporter: Reporter | None) -> TrainResult:
                 h = forward(x)
             h = h.reshape(-1, h.shape[-1]).to(_head_dtype(config))
             w = model.unembed.weight.to(_head_dtype(config))
-            loss = _loss_sum(h, w, y.reshape(-1), model.logit_scale, corrupt)
-            if fault_on and fault.kind == "nan_loss":
-                loss = loss * float("nan")
+            loss = step_plan.loss_sum(h, w, y.reshape(-1), model.logit_scale)
             (loss / B).backward()
             window_loss += loss.detach().double()
         if config.grad_clip is not None:

@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     unknown = [n for n in chosen if n not in names]
     if unknown:
         raise InputError(f"replay: unknown pruner {unknown[0]!r}; choose from {', '.join(names)}")
+    for name, why in peers.unavailable(chosen).items():  # a peer's library is a dev extra, not a dependency
+        print(f"replay: {name} skipped: {why}", file=sys.stderr)
+        chosen = [n for n in chosen if n != name]
     for out in (args.csv, args.plot):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise InputError(f"replay: output folder of {out} does not exist; create it first")

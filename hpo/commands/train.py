@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     existing = read_curves_csv(out) if args.append and out.exists() else []
     p = plan(config)
     name = args.run or f"w{config.width}d{config.depth}s{config.seed}"
-    tau_text = "none" if math.isinf(p.tau) else f"{p.tau:.4g}"
+    tau_text = "none" if p.tau is None else f"{p.tau:.4g}"
     if not args.quiet:
         print(
             f"collapse-hpo train: {name}: N {p.params_non_embedding} non-embedding ({p.params_total} total), "

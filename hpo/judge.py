@@ -1,0 +1,319 @@
+"""The judge: everything around the decision rule, once, for every backend (Optuna pruner, Ray scheduler).
+
+``Judge.judge(trial, others, reference)`` takes plain views of trials (``TrialView``: reports, controls,
+state, decision log) and returns a ``Verdict``. In order, it
+
+1. answers from the log when the trial was judged already (``recall``: a pruned trial stays pruned; a step
+   is judged once);
+2. cleans the reports once (``clean_reports``: invalid t̂, repeats, past-the-end points, divergence);
+3. decides whether a judgement is due (from ``min_fraction`` on, at most once per ``judge_every`` of
+   training; a diverged loss is judged at once);
+4. chooses the competitors (``competitors``: the one place that says who competes);
+5. calls ``hpo.decision.decide`` (the rule itself; never re-implemented here);
+6. emits the one decision entry (``record.DecisionEntry``) when the decision is a judgement.
+
+The adapters only translate: hpo/pruner.py builds views from Optuna trials and writes the entry to the
+trial's user attrs; hpo/scheduler.py builds them from its Tune records and writes the entry to its state
+file and Optuna mirror. Nothing here imports Optuna or Ray.
+
+Example:
+
+    >>> from collapse_hpo.hpo.decision import PruneSettings
+    >>> from collapse_hpo.hpo.judge import Judge, TrialView
+    >>> from collapse_hpo.hpo.record import TrialControls
+    >>> judge = Judge(PruneSettings(min_fraction=0.2))
+    >>> view = TrialView(number=0, state="running", steps=(100, 200), t_hat=(0.1, 0.2),
+    ...                  loss=(4.0, float("nan")), controls=TrialControls(total_tokens=1000))
+    >>> verdict = judge.judge(view, others=list, reference=lambda: (None, "none"))
+    >>> verdict.entry.prune, verdict.entry.reason.startswith("loss is nan")
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
+from collapse_hpo.hpo.record import DecisionEntry, TrialControls, latest_prediction
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.surrogate import Surrogate
+
+#: Trial states a view may have. Only "complete" and "running" trials compete.
+STATES = ("running", "complete", "pruned", "other")
+#: Tolerance on t̂ = 1 (a report at exactly total_tokens, or a rounding hair past it, is the end).
+_T_HAT_END = 1.0 + 1e-9
+
+#: ``reference()`` gives the surrogate (None when there is none yet) and its label (or why there is none).
+ReferenceFn = Callable[[], tuple[Surrogate | None, str]]
+#: ``others()`` gives the views of the sweep's other trials (the trial itself may be among them).
+OthersFn = Callable[[], Sequence["TrialView"]]
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """What the judge needs to know of one trial (built by an adapter; trusted inside).
+
+    Attributes:
+        number: the trial's name in decision logs (Optuna trial number; a Tune trial id without a mirror).
+        state: one of ``STATES``.
+        steps: report steps (tokens seen, or the backend's scale), ascending; the last is judged.
+        t_hat: the reports' fractions of training (tokens seen / total_tokens), same length.
+        loss: the reported training losses (NaN/inf = diverged), same length.
+        controls: the run's controls (schedule, τ with None = no weight decay, TPP); None when unknown.
+        final_loss: the final loss of a complete trial (None otherwise).
+        log: the trial's decision log so far (oldest first).
+        problem: why the trial cannot be judged (malformed controls, no total_tokens); None when it can.
+    """
+
+    number: int | str
+    state: str
+    steps: tuple[int, ...] | np.ndarray
+    t_hat: tuple[float, ...] | np.ndarray
+    loss: tuple[float, ...] | np.ndarray
+    controls: TrialControls | None = None
+    final_loss: float | None = None
+    log: tuple[DecisionEntry, ...] | list[DecisionEntry] = field(default_factory=tuple)
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge's answer.
+
+    Attributes:
+        prune: stop the trial.
+        decision: the Decision made now; None when nothing was decided (not due, or answered from the log).
+        entry: the decision entry to append to the trial's log (a judgement); None when not a judgement.
+        recalled: the logged entry this answer comes from (``recall``), else None.
+        reason: the trial's ``prune_reason`` now (None: leave it as it is).
+    """
+
+    prune: bool
+    decision: Decision | None = None
+    entry: DecisionEntry | None = None
+    recalled: DecisionEntry | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Reports:
+    """A trial's reports cleaned the way ``decide`` reads them (the judge needs the same fraction).
+
+    Attributes:
+        fraction: t̂ of the latest valid report (at most 1); NaN without one.
+        diverged: a NaN, inf or non-positive loss was reported (``decide`` prunes at once).
+        notes: what was ignored (invalid t̂, repeats, past-the-end points), worded as ``decide`` words it.
+    """
+
+    fraction: float
+    diverged: bool
+    notes: tuple[str, ...]
+
+
+def clean_reports(t_hat: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> Reports:
+    """Clean reports once: drop invalid t̂, keep the first of repeated t̂, flag divergence, drop t̂ > 1."""
+    t = np.asarray(t_hat, dtype=float).ravel()
+    y = np.asarray(loss, dtype=float).ravel()
+    notes: list[str] = []
+    bad_t = ~np.isfinite(t) | (t < 0)
+    if bad_t.any():
+        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
+        t, y = t[~bad_t], y[~bad_t]
+    if t.size == 0:
+        return Reports(math.nan, False, tuple(notes))
+    order = np.argsort(t, kind="stable")
+    t, y = t[order], y[order]
+    dup = np.concatenate([[False], np.diff(t) == 0])
+    if dup.any():
+        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
+        t, y = t[~dup], y[~dup]
+    if (~np.isfinite(y) | (y <= 0)).any():
+        return Reports(math.nan, True, tuple(notes))
+    past = t > _T_HAT_END
+    if past.any():
+        notes.append(
+            f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
+        )
+        t = t[~past]
+        if t.size == 0:
+            return Reports(math.nan, False, tuple(notes))
+    return Reports(float(min(t[-1], 1.0)), False, tuple(notes))
+
+
+class Judge:
+    """Judge trials with the collapse rule (``hpo.decision.decide``), backend-free.
+
+    Args:
+        settings: the rule's settings (``PruneSettings``: min_fraction, confidence, keep_top_k, comparison,
+            margin).
+        judge_every: judge at most once per this fraction of training (the first judgement at
+            ``min_fraction``, the next when t̂ enters the next interval); 0 = at every report. Between
+            judgements the last answer stands and nothing is written; a diverged loss is judged at once.
+
+    Raises:
+        InputError: on a bad ``judge_every`` (``PruneSettings`` checks the rest).
+    """
+
+    def __init__(self, settings: PruneSettings, *, judge_every: float = 0.02) -> None:
+        if not isinstance(settings, PruneSettings):
+            raise InputError(f"Judge: settings must be a PruneSettings, got {type(settings).__name__}")
+        if (
+            isinstance(judge_every, bool)
+            or not isinstance(judge_every, int | float)
+            or not 0.0 <= judge_every < 1.0
+        ):
+            raise InputError(f"'judge_every' must be a fraction of training in [0, 1), got {judge_every!r}")
+        self.settings = settings
+        self.judge_every = float(judge_every)
+
+    # ------------------------------------------------------------------ the steps
+    def recall(self, trial: TrialView) -> DecisionEntry | None:
+        """The logged answer for the trial's latest step: its prune entry when it was pruned (a pruned trial
+        stays pruned), else an entry at exactly ``steps[-1]`` (a step is judged once), else None."""
+        for entry in trial.log:
+            if entry.prune:
+                return entry
+        if len(trial.steps):
+            step = int(trial.steps[-1])
+            for entry in reversed(trial.log):
+                if entry.step == step:
+                    return entry
+        return None
+
+    def competitors(
+        self, trial: TrialView, others: Sequence[TrialView]
+    ) -> tuple[list[Competitor], list[int | str]]:
+        """Who competes with ``trial``: the one place that says so.
+
+        Completed trials with a finite final loss, and running trials (with their latest logged prediction,
+        when they have one). Pruned, failed and stopped trials do not compete: they will never finish, so
+        their (possibly stale, or pre-divergence) predictions must not prune anybody; with them counted, a
+        replayed sweep could prune every trial and keep no result. Each competitor carries its curve and
+        controls for the paired comparison (without them when its controls are unknown). Returns the
+        competitors and, in the same order, their numbers.
+        """
+        out: list[Competitor] = []
+        numbers: list[int | str] = []
+        for o in others:
+            if o.number == trial.number:
+                continue
+            final = latest = None
+            if o.state == "complete":
+                if o.final_loss is None or not math.isfinite(o.final_loss):
+                    continue
+                final = float(o.final_loss)
+            elif o.state == "running":
+                # A running trial competes through its curve even before its first prediction: between
+                # trials with equal controls no prediction is needed (hpo/decision.py, the loss ratio).
+                latest = latest_prediction(list(o.log))
+            else:
+                continue
+            c = o.controls
+            if c is None or o.problem is not None:
+                out.append(Competitor(final_loss=final, latest=latest))
+            else:
+                out.append(Competitor.from_reports(
+                    o.t_hat, o.loss, final_loss=final, latest=latest, schedule=c.schedule, tau=c.tau,
+                    tpp=c.tpp,
+                ))
+            numbers.append(o.number)
+        return out, numbers
+
+    def is_judgement(self, decision: Decision) -> bool:
+        """Whether a decision is a judgement (logged): a prune, or a decision from ``min_fraction`` on."""
+        return decision.prune or (
+            math.isfinite(decision.fraction) and decision.fraction >= self.settings.min_fraction
+        )
+
+    # ------------------------------------------------------------------ the whole
+    def judge(self, trial: TrialView, others: OthersFn, reference: ReferenceFn) -> Verdict:
+        """Judge ``trial`` at its latest report against the other trials (see the module docstring).
+
+        ``reference`` and then ``others`` are called only when a judgement is due (most reports are not), so
+        an adapter fetches the study only then. The verdict's ``entry`` is the one decision entry to append
+        to the trial's log; the adapters write it where their backend keeps state.
+        """
+        recalled = self.recall(trial)
+        if recalled is not None:
+            return Verdict(recalled.prune, recalled=recalled, reason=recalled.reason)
+        decision, label, source = self._decide(trial, others, reference)
+        if decision is None:  # between two judgements (judge_every): the last answer stands
+            return Verdict(False)
+        if not self.is_judgement(decision):
+            return Verdict(decision.prune, decision, reason=decision.reason)
+        entry = DecisionEntry.of(
+            decision, step=int(trial.steps[-1]), n=len(trial.steps), reference=label, threshold_trial=source
+        )
+        late = self._late_reports(trial)
+        if late:
+            entry = _with_reason(
+                entry, f"{entry.reason} ({late} report(s) arrived after a later step was judged; used now)"
+            )
+        return Verdict(decision.prune, decision, entry, reason=entry.reason)
+
+    def _decide(
+        self, trial: TrialView, others: OthersFn, reference: ReferenceFn
+    ) -> tuple[Decision | None, str | None, int | str | None]:
+        """The decision now (None when none is due), the reference label and the threshold's trial."""
+        if trial.problem is not None or trial.controls is None:
+            return Decision(False, f"{trial.problem or 'controls unknown'}: kept", math.nan), None, None
+        controls = trial.controls
+        s = self.settings
+        common = {"schedule": controls.schedule, "tau": controls.tau, "tpp": controls.tpp, "settings": s}
+        reports = clean_reports(trial.t_hat, trial.loss)
+        if reports.diverged or not math.isfinite(reports.fraction) or reports.fraction < s.min_fraction:
+            # Nothing to predict: decide's own checks (divergence, "not judged yet") give the answer.
+            d = decide(trial.t_hat, trial.loss, surrogate=None, competitors=(), **common)
+            return d, None, None
+        last = trial.log[-1] if trial.log else None
+        if last is not None and self._bucket(reports.fraction) <= self._bucket(last.t_hat):
+            if not reports.notes:
+                return None, None, None
+            # Not due, but something in the reports was ignored: say so (prune_reason only, no log entry).
+            why = (
+                f"not judged again until the next judge_every={self.judge_every:g} of training "
+                f"({'; '.join(reports.notes)}); last decision: {last.reason}"
+            )
+            return Decision(False, why, math.nan), None, None
+        surrogate, label = reference()
+        if surrogate is None and s.comparison != "paired":
+            return Decision(False, f"no reference yet ({label}): kept", reports.fraction), None, None
+        # Without a surrogate the paired rule still compares trials with equal controls (their loss ratio).
+        if surrogate is not None and controls.tpp is None and surrogate.tpp_law != "constant":
+            return Decision(
+                False,
+                "tpp unknown: give the trial's tpp (set_trial_controls, or tpp=... to the pruner or "
+                "scheduler); kept",
+                reports.fraction,
+            ), label, None
+        competitors, numbers = self.competitors(trial, others())
+        d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors, **common)
+        source = None if d.threshold_index is None else numbers[d.threshold_index]
+        return d, label, source
+
+    def _bucket(self, fraction: float | None) -> int:
+        """Index of the judgement interval holding t̂ = ``fraction`` (each report its own when 0)."""
+        if fraction is None or not math.isfinite(fraction):
+            return -1
+        if self.judge_every == 0.0:
+            return round(fraction * 1e12)
+        return math.floor((fraction - self.settings.min_fraction) / self.judge_every + 1e-9)
+
+    @staticmethod
+    def _late_reports(trial: TrialView) -> int:
+        """Reports at or below the last logged step that were not there when that step was judged."""
+        if not trial.log:
+            return 0
+        last = trial.log[-1]
+        now = int((np.asarray(trial.steps) <= last.step).sum())
+        return max(0, now - (last.n or now))
+
+
+def _with_reason(entry: DecisionEntry, reason: str) -> DecisionEntry:
+    from dataclasses import replace
+
+    return replace(entry, reason=reason)

@@ -1,0 +1,322 @@
+"""The one trial record: what collapse-hpo stores about a trial, under which names, and how it is read back.
+
+Everything the pruner, the Ray scheduler's Optuna mirror, the dashboard and ``report`` persist on a trial is
+named here, once:
+
+- the run's controls (``CONTROL_ATTRS``: ``total_tokens`` in tokens, ``schedule`` as ``Schedule.to_dict()``,
+  ``tau`` and ``tpp``) as a ``TrialControls``. "No weight decay" has one encoding at every boundary: ``tau``
+  None (``None`` in Python, ``null`` in JSON and YAML); ``predictors.timescale.no_decay_tau`` turns the
+  legacy encodings (``inf``, ``"inf"``) into None where old records are read;
+- the decision log (``DECISIONS_ATTR``: a list of ``DecisionEntry.to_dict()``, oldest first) and the five
+  attrs that mirror its latest entry (``DECISION_ATTRS``);
+- the pruner's sampler point (``SAMPLER_STEP_ATTR``) and the online reference fit (``STUDY_REFERENCE_ATTR``);
+- the trainer's outcome attrs (``tokens_trained``, ``final_loss``, ...).
+
+Readers of a stored Optuna trial (``trial_points``, ``trial_curve``) live here too; they need only a
+``FrozenTrial``-like object (``number``, ``user_attrs``, ``intermediate_values``), so this module imports
+no Optuna. Steps are tokens seen; t̂ = step / total_tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import Prediction
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.timescale import no_decay_tau
+
+if TYPE_CHECKING:
+    from collapse_hpo.hpo.decision import Decision
+
+# ---------------------------------------------------------------------------------------------- attr names
+#: Trial user attrs that carry a run's controls.
+CONTROL_ATTRS = ("total_tokens", "schedule", "tau", "tpp")
+#: The log of every judgement (a list of DecisionEntry dicts, oldest first).
+DECISIONS_ATTR = "collapse_decisions"
+#: The attrs that repeat the latest judgement (the dashboard shows them; ``report`` tabulates them).
+DECISION_ATTRS = (
+    "predicted_final_loss", "predicted_low", "predicted_high", "decision_fraction", "prune_reason",
+)
+PRUNE_REASON_ATTR = "prune_reason"
+#: With ``report_prediction``, the step (tokens) of the extra intermediate value holding a pruned trial's
+#: predicted final loss; curve readers leave that point out.
+SAMPLER_STEP_ATTR = "sampler_value_step"
+#: Study user attr holding the latest online reference fit.
+STUDY_REFERENCE_ATTR = "collapse_reference"
+#: Outcome attrs written by the sweep's trial function.
+TOKENS_TRAINED_ATTR = "tokens_trained"
+FINAL_LOSS_ATTR = "final_loss"
+ERROR_ATTR = "error"
+#: The Ray scheduler's mirror: the Tune trial id and config of a mirrored Optuna trial.
+RAY_TRIAL_ATTR = "ray_trial_id"
+RAY_CONFIG_ATTR = "ray_config"
+
+#: A curve counts as complete (its final loss is known) from this t̂ on.
+COMPLETE_T_HAT = 0.99
+
+
+# ---------------------------------------------------------------------------------------------- controls
+@dataclass(frozen=True)
+class TrialControls:
+    """The controls of one run that the surrogate needs (trusted: build it with ``check``).
+
+    Attributes:
+        total_tokens: training tokens D of the run (t̂ = step / total_tokens); None when unknown.
+        schedule: LR schedule shape (peak 1).
+        tau: AdamW timescale B/(ηλD); None = no weight decay.
+        tpp: tokens per parameter D/N; None when unknown.
+    """
+
+    total_tokens: float | None = None
+    schedule: Schedule = field(default_factory=Schedule)
+    tau: float | None = None
+    tpp: float | None = None
+
+    @staticmethod
+    def check(
+        *, total_tokens: Any = None, schedule: Any = None, tau: Any = None, tpp: Any = None, where: str
+    ) -> TrialControls:
+        """Validated controls; raises InputError naming ``where`` and the field on a bad value.
+
+        ``schedule`` may be a Schedule, a kind name or a dict; ``tau`` None (or a legacy ``inf``) means no
+        weight decay.
+        """
+        tt = _positive(total_tokens, "total_tokens", where)
+        try:
+            sched = Schedule.parse(dict(schedule) if isinstance(schedule, Mapping) else schedule)
+        except InputError as err:
+            raise InputError(f"{where}: field 'schedule': {str(err).removeprefix('schedule: ')}") from None
+        t = _positive(no_decay_tau(tau), "tau", where)
+        tp = _positive(tpp, "tpp", where)
+        return TrialControls(total_tokens=tt, schedule=sched, tau=t, tpp=tp)
+
+    def merged(self, user_attrs: Mapping[str, Any], where: str) -> TrialControls:
+        """These controls overridden by the ones present in a trial's ``user_attrs``.
+
+        Raises InputError naming ``where`` and the attr when a present attr is malformed.
+        """
+        if not any(k in user_attrs for k in CONTROL_ATTRS):
+            return self
+        return TrialControls.check(
+            total_tokens=user_attrs.get("total_tokens", self.total_tokens),
+            schedule=user_attrs.get("schedule", self.schedule),
+            tau=user_attrs.get("tau", self.tau),
+            tpp=user_attrs.get("tpp", self.tpp),
+            where=where,
+        )
+
+    def attrs(self) -> dict[str, Any]:
+        """The controls as trial user attrs (JSON values; ``tau`` None = no weight decay)."""
+        return {"total_tokens": self.total_tokens, "schedule": self.schedule.to_dict(), "tau": self.tau,
+                "tpp": self.tpp}
+
+
+def _positive(value: Any, name: str, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where}: field {name!r} must be a positive number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise InputError(f"{where}: field {name!r} must be a positive finite number, got {value!r}")
+    return v
+
+
+def set_trial_controls(
+    trial: Any,
+    *,
+    total_tokens: float,
+    schedule: Schedule | str | Mapping[str, Any] | None = None,
+    tau: float | None = None,
+    tpp: float | None = None,
+) -> None:
+    """Write a run's controls as trial user attrs for the CollapsePruner (call before the first report).
+
+    Args:
+        trial: the running Optuna trial (anything with ``number`` and ``set_user_attr``).
+        total_tokens: training tokens of the run (t̂ = step / total_tokens; report steps in tokens).
+        schedule: LR schedule shape (Schedule, kind name or dict; None = linear decay to zero).
+        tau: AdamW timescale B/(ηλD); None = no weight decay.
+        tpp: tokens per parameter D/N.
+
+    Raises:
+        InputError: on a bad value (nothing is written then).
+    """
+    controls = TrialControls.check(
+        total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp,
+        where=f"trial {trial.number} controls",
+    )
+    for key, value in controls.attrs().items():
+        trial.set_user_attr(key, value)
+
+
+# ---------------------------------------------------------------------------------------------- decisions
+@dataclass(frozen=True)
+class DecisionEntry:
+    """One judgement of one trial: the one entry type of every decision log (pruner and scheduler alike).
+
+    Attributes:
+        step: the report step judged (tokens seen; a scheduler without tokens uses round(t̂ · its scale)).
+        t_hat: fraction of training of the latest valid report used (None when unknown).
+        n: reports stored up to and including ``step`` when it was judged.
+        prune: whether the trial was stopped.
+        predicted_final_loss, predicted_low, predicted_high: the prediction (losses; None without one).
+        threshold: what the trial was compared with (a loss), when a comparison was made.
+        threshold_trial: the competitor the threshold came from (its Optuna trial number, or the Tune
+            trial id when the scheduler has no mirror).
+        reference: the label of the surrogate used (``file:...``, ``online:0,1,2``), None without one.
+        reason: one line saying why.
+    """
+
+    step: int
+    t_hat: float | None
+    n: int
+    prune: bool
+    predicted_final_loss: float | None
+    predicted_low: float | None
+    predicted_high: float | None
+    threshold: float | None
+    threshold_trial: int | str | None
+    reference: str | None
+    reason: str
+
+    @classmethod
+    def of(
+        cls,
+        decision: Decision,
+        *,
+        step: int,
+        n: int,
+        reference: str | None,
+        threshold_trial: int | str | None,
+    ) -> DecisionEntry:
+        """The entry of a ``Decision`` judged at ``step`` with ``n`` reports stored."""
+        attrs = decision.user_attrs()
+        return cls(
+            step=int(step), t_hat=attrs["decision_fraction"], n=int(n), prune=bool(decision.prune),
+            predicted_final_loss=attrs["predicted_final_loss"], predicted_low=attrs["predicted_low"],
+            predicted_high=attrs["predicted_high"], threshold=decision.threshold,
+            threshold_trial=threshold_trial, reference=reference, reason=decision.reason,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as stored (JSON values; key order fixed)."""
+        return {
+            "step": self.step, "t_hat": self.t_hat, "n": self.n, "prune": self.prune,
+            "predicted_final_loss": self.predicted_final_loss, "predicted_low": self.predicted_low,
+            "predicted_high": self.predicted_high, "threshold": self.threshold,
+            "threshold_trial": self.threshold_trial, "reference": self.reference, "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DecisionEntry:
+        """An entry read back from storage (missing keys are None; a malformed one raises InputError)."""
+        if not isinstance(d, Mapping) or not isinstance(d.get("step"), int | float):
+            raise InputError(f"decision log: malformed entry {d!r}")
+
+        def num(key: str) -> float | None:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        return cls(
+            step=int(d["step"]), t_hat=num("t_hat"), n=int(d.get("n") or 0), prune=bool(d.get("prune")),
+            predicted_final_loss=num("predicted_final_loss"), predicted_low=num("predicted_low"),
+            predicted_high=num("predicted_high"), threshold=num("threshold"),
+            threshold_trial=d.get("threshold_trial"), reference=d.get("reference"),
+            reason=str(d.get("reason") or ""),
+        )
+
+    def latest_attrs(self) -> dict[str, Any]:
+        """The five ``DECISION_ATTRS`` this entry sets; the prediction keys only when it has a prediction
+        (a trial keeps showing its latest successful prediction). Bounds come before the point prediction,
+        so a reader between two writes never pairs a new ``predicted_final_loss`` with a stale bound."""
+        attrs: dict[str, Any] = {}
+        if self.predicted_final_loss is not None:
+            attrs["predicted_high"] = self.predicted_high
+            attrs["predicted_low"] = self.predicted_low
+            attrs["predicted_final_loss"] = self.predicted_final_loss
+        attrs["decision_fraction"] = self.t_hat
+        attrs[PRUNE_REASON_ATTR] = self.reason
+        return attrs
+
+    def prediction(self) -> Prediction | None:
+        """The entry's prediction as a ``Prediction`` (None when it has none)."""
+        pred = self.predicted_final_loss
+        if pred is None or not math.isfinite(pred):
+            return None
+        return Prediction(final_loss=pred, low=self.predicted_low, high=self.predicted_high,
+                          fraction=self.t_hat if self.t_hat is not None else 0.0)
+
+
+def read_log(user_attrs: Mapping[str, Any]) -> list[DecisionEntry]:
+    """A trial's decision log (oldest first; empty when never judged); malformed entries are skipped."""
+    out: list[DecisionEntry] = []
+    for d in user_attrs.get(DECISIONS_ATTR) or []:
+        try:
+            out.append(DecisionEntry.from_dict(d))
+        except InputError:
+            continue
+    return out
+
+
+def latest_prediction(log: list[DecisionEntry]) -> Prediction | None:
+    """The latest successful prediction of a decision log (one attr, written atomically: the five separate
+    attrs can be caught half-updated by another worker), or None."""
+    for entry in reversed(log):
+        p = entry.prediction()
+        if p is not None:
+            return p
+    return None
+
+
+def sampler_value(entry: DecisionEntry, total_tokens: float | None) -> tuple[int, float] | None:
+    """``report_prediction``: the (step, value) that makes a pruned trial's value its predicted final loss:
+    the prediction at the final step round(total_tokens). None when there is no prediction, no known final
+    step, or the trial was judged at its final step already."""
+    if entry.predicted_final_loss is None or total_tokens is None:
+        return None
+    final_step = round(total_tokens)
+    if final_step <= entry.step:
+        return None
+    return final_step, float(entry.predicted_final_loss)
+
+
+# ---------------------------------------------------------------------------------------------- curves
+def trial_points(trial: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's reported (step, loss) pairs sorted by step, without the pruner's sampler point (if any).
+
+    Steps are tokens seen. Values may be NaN or inf (diverged runs): callers decide what that means.
+    """
+    skip = trial.user_attrs.get(SAMPLER_STEP_ATTR)
+    items = sorted((int(s), float(v)) for s, v in trial.intermediate_values.items() if s != skip)
+    if not items:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*items)
+    return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+
+
+def trial_curve(trial: Any, defaults: TrialControls) -> Curve | None:
+    """The trial's curve as a predictors ``Curve`` (t̂ = step / total_tokens), or None without total_tokens.
+
+    Raises InputError when the trial's control attrs are malformed.
+    """
+    controls = defaults.merged(trial.user_attrs, f"trial {trial.number}")
+    if controls.total_tokens is None:
+        return None
+    steps, values = trial_points(trial)
+    return Curve(
+        run=f"trial{trial.number}",
+        t_hat=steps / controls.total_tokens,
+        loss=values,
+        schedule=controls.schedule,
+        tau=controls.tau,
+        tpp=controls.tpp if controls.tpp is not None else math.nan,
+        meta={"trial": trial.number},
+    )

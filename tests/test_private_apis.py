@@ -1,0 +1,73 @@
+"""Every private Optuna or Ray API collapse-hpo still uses, checked: a library change fails here, loudly.
+
+Each use has a comment at its call site saying why no public API serves:
+
+- hpo/pruner.py ``_storage_of``: ``Study._storage`` and ``FrozenTrial._trial_id`` (a pruner must write its
+  decision to the trial; Optuna gives a pruner only ``(study, FrozenTrial)`` and does not persist pruners);
+- hpo/scheduler.py ``_storage`` and ``_trial_id``: the same, for the Optuna mirror of Tune trials;
+- hpo/scheduler.py ``_default_state_paths``: Tune's ``Trial.storage`` (``StorageContext``) paths;
+- hpo/runner.py ``_heartbeat_ages``: ``optuna.storages._rdb.models`` (heartbeat ages, trials never beating);
+  hpo/runner.py also reads ``Study._storage`` and ``Study._study_id`` (its searcher writes to trials by id);
+- hpo/dashboard.py ``publish``: ``FrozenTrial._trial_id`` (optuna-dashboard's ``save_note`` takes a Trial).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import optuna
+import pytest
+
+from collapse_hpo.hpo.pruner import CollapsePruner, _storage_of
+from collapse_hpo.hpo.record import DECISIONS_ATTR
+from collapse_hpo.hpo.scheduler import _storage, _trial_id
+from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
+
+
+def test_study_storage_and_frozen_trial_id_still_write_to_the_trial():
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    trial = study.ask()
+    frozen = study.get_trials(deepcopy=False)[0]
+    storage, trial_id = _storage_of(study, frozen)
+    assert storage is _storage(study) and trial_id == _trial_id(frozen)
+    storage.set_trial_user_attr(trial_id, "probe", 1)
+    assert study.get_trials()[0].user_attrs["probe"] == 1
+    assert storage.get_trial(trial_id).number == trial.number
+
+
+def test_the_pruner_writes_its_log_through_those_apis():
+    pruner = CollapsePruner(reference=TRUE_SURROGATE, total_tokens=1000, tau=0.2, tpp=20.0, min_fraction=0.1)
+    study = optuna.create_study(pruner=pruner)
+    trial = study.ask()
+    trial.report(float("nan"), 500)
+    assert trial.should_prune()
+    assert study.get_trials()[0].user_attrs[DECISIONS_ATTR][-1]["prune"] is True
+
+
+def test_rdb_heartbeat_models_still_give_heartbeat_ages(tmp_path):
+    from collapse_hpo.hpo.runner import _heartbeat_ages
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hb.db'}", heartbeat_interval=60)
+    study = optuna.create_study(storage=storage, study_name="hb")
+    beating, silent = study.ask(), study.ask()
+    storage.record_heartbeat(_trial_id(study.get_trials()[beating.number]))
+    ages = _heartbeat_ages(storage, storage.get_study_id_from_name("hb"))
+    by_number = {storage.get_trial(tid).number: age for tid, age in ages.items()}
+    assert by_number[silent.number] is None
+    assert by_number[beating.number] is not None and 0 <= by_number[beating.number] < 60
+
+
+def test_tune_storage_context_still_has_the_paths_the_scheduler_reads():
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    for name in ("experiment_driver_staging_path", "experiment_fs_path"):
+        assert isinstance(getattr(StorageContext, name, None), property), name
+    assert "storage_filesystem" in inspect.signature(StorageContext.__init__).parameters
+    assert "storage" in inspect.signature(Trial.__init__).parameters
+
+
+@pytest.mark.parametrize("name", ["_storage", "_study_id"])
+def test_study_private_attributes_exist(name):
+    study = optuna.create_study()
+    assert hasattr(study, name), f"optuna.Study.{name} is gone: see the call sites listed in this module"

@@ -69,9 +69,10 @@ def test_reconcile_retries_failed_slots_up_to_the_limit(tmp_path: Path) -> None:
     assert reconcile(study, sweep, progress) == 1
     assert "queued again: retry 1/1" in out.getvalue()
     assert reconcile(study, sweep) == 0                 # a queued retry is not queued twice
-    study.ask(dists)                                    # draw 1 starts (it was planned first)
-    retry = study.ask(dists)                            # the retry of draw 0
+    retry = study.ask(dists)                            # the retry of draw 0: served in plan order,
+    assert retry.user_attrs["draw"] == 0                # before draw 1 (which was queued first)
     assert retry.params == t0.params and retry.user_attrs["attempt"] == 1
+    assert study.ask(dists).user_attrs["draw"] == 1
     assert retry.user_attrs["retry_of"] == t0.number
     retry.set_user_attr("error", "boom again")
     study.tell(retry, state=TS.FAIL)

@@ -28,6 +28,16 @@ re-reports t̂ it already reported) are answered from the record instead of bein
 decisions after a restore are the ones the uninterrupted run would have made. Only trials that Tune adds
 in this session count as competitors, so a fresh run in an old experiment directory ignores stale trials.
 
+Outcome in the results. Tune shows a pruned trial as TERMINATED, like any stopped trial. Ray Tune has no
+hook for a scheduler to change a result before it is recorded (``on_trial_result`` gets a flattened copy), so
+when a trial ends (``on_trial_complete``, ``on_trial_error``) the scheduler adds ``collapse_pruned`` (bool)
+and ``collapse_reason`` (one line) to the trial's last result, ``Trial.last_result``, in place. Tune then
+prints that result's table ("... completed after N iterations") and saves it with the experiment state, so
+``ResultGrid``'s ``Result.metrics`` has both keys, also after ``Tuner.restore``. The trial's result.json and
+progress.csv were written before, so ``ResultGrid.get_dataframe()`` and ``Result.metrics_dataframe`` do not.
+``CollapseScheduler.load_state(experiment_path)`` reads the whole state without a scheduler object (a restored
+``Tuner`` gives none).
+
 Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
 an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
 tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ · T_HAT_STEPS) and the user attr
@@ -69,6 +79,7 @@ from collapse_hpo.hpo.record import (
     sampler_value,
 )
 from collapse_hpo.hpo.reference import OnlineReference, make_reference
+from collapse_hpo.hpo.urls import mask_url
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -84,6 +95,10 @@ STATE_VERSION = 2  # 2: ``log`` holds DecisionEntry dicts (1: [t̂, prune, predi
 T_HAT_STEPS = 1_000_000
 #: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
 STATUSES = ("running", "pruned", "complete", "stopped", "error")
+
+#: Keys this scheduler adds to each trial's last result (``ResultGrid``'s ``Result.metrics``, Tune's table).
+PRUNED_KEY = "collapse_pruned"
+REASON_KEY = "collapse_reason"
 
 ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -139,6 +154,9 @@ class CollapseScheduler(FIFOScheduler):
             (no prediction: only NaN/inf/non-positive losses are stopped).
         metric: result key of the training loss (default: TuneConfig's metric, else "loss"). Lower is better.
         mode: "min" (the only mode that makes sense for a loss; default from TuneConfig, else "min").
+            Give ``metric``/``mode`` here or to ``TuneConfig``, not both: Ray Tune refuses both with a
+            ValueError ("... the scheduler you are using was already instantiated with their own `metric` and
+            `mode` parameters").
         time_attr: result key of the training progress: t̂ itself, or tokens seen when ``total_tokens`` is set.
         total_tokens: None (``time_attr`` is t̂), a number of tokens D, or the name of a result or config key
             holding each trial's D.
@@ -151,7 +169,11 @@ class CollapseScheduler(FIFOScheduler):
             0 = at every result).
         state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
-        storage, study_name: Optuna storage URL and study to mirror trials into (both or neither).
+        storage, study_name: Optuna storage URL and study to mirror trials into (both or neither). The URL is
+            checked here as ``collapse-hpo run`` checks a sweep's storage (preflight.py ``check_storage``):
+            InputError, one line naming the URL with its password masked, when it is no sqlite, postgresql
+            or mysql URL, a SQLite file's folder does not exist, or a server does not answer within
+            ``CONNECT_TIMEOUT_S``. ``${NAME}`` reads the URL from the environment variable NAME.
         param_distributions: Optuna distributions of config keys, for the mirrored trial params.
         complete_fraction: a trial that ends at t̂ ≥ this is COMPLETE (its last loss is the final loss).
         report_prediction: as the pruner's option of that name: a mirrored PRUNED trial gets its predicted
@@ -203,6 +225,8 @@ class CollapseScheduler(FIFOScheduler):
             raise InputError(
                 "CollapseScheduler: give both storage and study_name to mirror into Optuna, or neither"
             )
+        if storage is not None:
+            _check_storage(storage)
         if not 0.0 < complete_fraction <= 1.0:
             raise InputError(
                 f"CollapseScheduler: complete_fraction must be in (0, 1], got {complete_fraction}"
@@ -351,6 +375,7 @@ class CollapseScheduler(FIFOScheduler):
         if rec.status == "running":
             self._finish(rec)
             self._save()
+        _mark_last_result(trial, rec)
         self._mirror_finish(rec)
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
@@ -363,6 +388,7 @@ class CollapseScheduler(FIFOScheduler):
             rec.status = "error"
             rec.decision = {**(rec.decision or {}), "error": _error_text(trial)}
             self._save()
+            _mark_last_result(trial, rec)
             self._mirror_finish(rec)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
@@ -372,6 +398,8 @@ class CollapseScheduler(FIFOScheduler):
             self._finish(rec)
             self._save()
             self._mirror_finish(rec)
+        if rec is not None and rec.status != "running":
+            _mark_last_result(trial, rec)
 
     def debug_string(self) -> str:
         """One line for Tune's status table."""
@@ -395,6 +423,18 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from = str(checkpoint_path)
 
     # ------------------------------------------------------------------ queries
+    @staticmethod
+    def load_state(path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
+        """Every trial record kept in an experiment's state, by Tune trial id (no scheduler object needed).
+
+        ``path`` is the experiment directory (``ResultGrid.experiment_path``, the path given to
+        ``Tuner.restore``; a ``scheme://`` URI is read through pyarrow), or the state file itself (the
+        ``state_path`` given to the scheduler). The file holds the trials of every session run in that
+        directory. Raises InputError naming the path when there is no state or it is unreadable.
+        """
+        text, where = _read_state_text(os.fspath(path))
+        return _parse_state(text, where)
+
     @property
     def records(self) -> dict[str, TrialRecord]:
         """Every trial record of this session, by Tune trial id."""
@@ -550,8 +590,11 @@ class CollapseScheduler(FIFOScheduler):
         if self._study is None:
             import optuna
 
+            from collapse_hpo.hpo.trial import storage_url
+
             self._study = optuna.create_study(
-                storage=self.storage, study_name=self.study_name, direction="minimize", load_if_exists=True
+                storage=storage_url(self.storage), study_name=self.study_name, direction="minimize",
+                load_if_exists=True,
             )
         return self._study
 
@@ -654,6 +697,51 @@ def _trial_id(trial: optuna.trial.FrozenTrial) -> int:
 
 
 # ---------------------------------------------------------------------- helpers
+def _check_storage(storage: str) -> None:
+    """Raise InputError (one line, password masked) when the mirror's storage URL cannot be used: the checks
+    of ``collapse-hpo run`` (hpo/preflight.py ``check_storage``: scheme, a database, a SQLite file in an
+    existing folder, a server that answers within ``CONNECT_TIMEOUT_S``). Creates nothing."""
+    from types import SimpleNamespace
+
+    from collapse_hpo.hpo.preflight import check_storage
+
+    if not isinstance(storage, str) or not storage.strip():
+        raise InputError(f"CollapseScheduler: storage must be an Optuna storage URL, got {storage!r}")
+    # check_storage names the sweep file as ``<source>: field 'storage'``; here the source is this class.
+    check_storage(SimpleNamespace(source="CollapseScheduler"), storage)  # type: ignore[arg-type]
+
+
+def _mark_last_result(trial: Trial, rec: TrialRecord) -> None:
+    """Add ``collapse_pruned`` and ``collapse_reason`` to the trial's last result, in place.
+
+    Ray Tune gives a scheduler only a flattened copy of each result (``on_trial_result``), so nothing it
+    writes there is recorded. ``on_trial_complete`` comes after Tune stored the last result
+    (``Trial.last_result``) and before Tune's callbacks print the trial's final table and the experiment
+    state is saved, so keys added to that dict reach the table, ``ResultGrid`` (``Result.metrics``,
+    ``get_dataframe()``) and a restored experiment. They are not in the trial's result.json/progress.csv
+    (``Result.metrics_dataframe``), which Tune wrote before.
+    """
+    last = getattr(trial, "last_result", None)
+    if not isinstance(last, dict):
+        return
+    last[PRUNED_KEY] = rec.status == "pruned"
+    last[REASON_KEY] = _outcome_text(rec)
+
+
+def _outcome_text(rec: TrialRecord) -> str:
+    """One line on how the trial ended, for its last result."""
+    decision = rec.decision or {}
+    if rec.status == "complete":
+        return "trained to the end (not pruned)"
+    if rec.status == "error":
+        return f"errored: {decision.get('error', 'see the trial error file')}"
+    reason = str(decision.get(PRUNE_REASON_ATTR) or "no judgement was made")
+    if rec.status == "pruned":
+        last = f"{rec.t_hat[-1]:.4g}" if rec.t_hat else "?"
+        # Tune's table shows the end of a long string: the outcome goes last.
+        return f"{reason}; pruned by the collapse rule at t_hat={last}"
+    return reason
+
 def _error_text(trial: Trial) -> str:
     """The first line of the trial's error file (its path when unreadable), for the FAIL reason."""
     path = getattr(trial, "error_file", None)
@@ -709,8 +797,48 @@ def _write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
 
 def _read_state(path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(
+            f"{path}: unreadable CollapseScheduler state ({type(err).__name__}); delete it to start the "
+            "scheduler afresh (its decisions so far are then forgotten)"
+        ) from None
+    return _parse_state(text, path)
+
+
+def _read_state_text(path: str) -> tuple[str, str]:
+    """The text of the state file at ``path`` (an experiment directory or the file; local or a URI), and
+    the file's name for messages."""
+    if "://" in path:
+        import pyarrow.fs
+
+        try:
+            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
+            info = fs.get_file_info(inner)
+            if info.type == pyarrow.fs.FileType.Directory:
+                inner, path = f"{inner.rstrip('/')}/{STATE_FILE}", f"{path.rstrip('/')}/{STATE_FILE}"
+            with fs.open_input_stream(inner) as fh:
+                return fh.read().decode("utf-8"), path
+        except (OSError, UnicodeDecodeError, pyarrow.ArrowException) as err:
+            raise InputError(f"{mask_url(path)}: cannot read a CollapseScheduler state ({err}); give the "
+                             "experiment directory of a run that used CollapseScheduler") from None
+    file = Path(path) / STATE_FILE if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise InputError(
+            f"{file}: no CollapseScheduler state here; give the experiment directory of a run that used "
+            "CollapseScheduler (ResultGrid.experiment_path), or the state_path it was given"
+        )
+    try:
+        return file.read_text(encoding="utf-8"), str(file)
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{file}: unreadable CollapseScheduler state ({type(err).__name__})") from None
+
+
+def _parse_state(text: str, path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
+    """The records of a state file's text (``path`` names it in errors)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
         raise InputError(
             f"{path}: unreadable CollapseScheduler state ({type(err).__name__}); delete it to start the "
             "scheduler afresh (its decisions so far are then forgotten)"

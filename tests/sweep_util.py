@@ -48,3 +48,19 @@ def trials_by_state(storage_url: str, study_name: str) -> dict[str, list[Any]]:
     for t in study.get_trials():
         out.setdefault(t.state.name, []).append(t)
     return out
+
+
+def read_trials(storage_url: str, study_name: str) -> list[Any]:
+    """The study's trials, read only (never creating tables while a driver may be creating them); [] while
+    the study does not exist yet."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(storage_url, skip_table_creation=True,
+                                         engine_kwargs={"connect_args": {"timeout": 60}})
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage).get_trials()
+    except KeyError:
+        return []
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()

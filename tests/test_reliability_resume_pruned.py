@@ -19,24 +19,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from sweep_util import tiny_sweep
+from sweep_util import read_trials, tiny_sweep
 
 from collapse_hpo.hpo.pruner import trial_decisions
 
 CLI = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
 TRIALS = 7  # enough trials that one is still running once 3 have finished
-
-
-def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    storage = optuna.storages.RDBStorage(url, skip_table_creation=True,
-                                         engine_kwargs={"connect_args": {"timeout": 60}})
-    try:
-        return optuna.load_study(study_name=name, storage=storage).get_trials()
-    except KeyError:
-        return []
-    finally:
-        storage.remove_session()
-        storage.engine.dispose()
 
 
 def _judged(t: optuna.trial.FrozenTrial) -> bool:
@@ -51,12 +39,12 @@ def _settled(url: str, name: str, quiet_s: float = 6.0,
     def key(trials: list[optuna.trial.FrozenTrial]) -> list[tuple]:
         return [(t.number, t.state.name, len(t.intermediate_values), len(trial_decisions(t))) for t in trials]
 
-    trials = _trials(url, name)
+    trials = read_trials(url, name)
     quiet_since = start = time.monotonic()
     while time.monotonic() - quiet_since < quiet_s:
         assert time.monotonic() - start < limit_s, "the study was still being written long after the kill"
         time.sleep(0.5)
-        now = _trials(url, name)
+        now = read_trials(url, name)
         if key(now) != key(trials):
             trials, quiet_since = now, time.monotonic()
     return trials
@@ -74,7 +62,7 @@ def test_resume_of_a_pruned_sweep_keeps_every_decision(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             try:
-                trials = _trials(url, "rp") if db.exists() else []
+                trials = read_trials(url, "rp") if db.exists() else []
             except Exception:  # tables not created yet
                 trials = []
             finished = [t for t in trials if t.state.is_finished()]
@@ -100,7 +88,7 @@ def test_resume_of_a_pruned_sweep_keeps_every_decision(tmp_path: Path) -> None:
     resumed = subprocess.run([*CLI, "resume", str(path)], capture_output=True, text=True, cwd=tmp_path,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    after = {t.number: t for t in _trials(url, "rp")}
+    after = {t.number: t for t in read_trials(url, "rp")}
 
     # Finished before the kill: exactly as they were (state, value, curve, every user attr incl. decisions).
     for n, t in done_before.items():

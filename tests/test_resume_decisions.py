@@ -22,7 +22,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from sweep_util import tiny_sweep
+from sweep_util import read_trials, tiny_sweep
 
 from collapse_hpo.hpo.runner import plan_key, plan_order_study
 
@@ -45,18 +45,6 @@ def test_the_queue_is_served_in_plan_order() -> None:
     assert [t.user_attrs["draw"] for t in asked] == [0, 1, 2]
     assert [t.params["x"] for t in asked] == [0.0, 0.1, 0.2]
     assert ordered.ask({"x": x}).user_attrs == {}  # an empty queue: a fresh trial, as ask() does
-
-
-def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    storage = optuna.storages.RDBStorage(url, skip_table_creation=True,
-                                         engine_kwargs={"connect_args": {"timeout": 60}})
-    try:
-        return optuna.load_study(study_name=name, storage=storage).get_trials()
-    except KeyError:
-        return []
-    finally:
-        storage.remove_session()
-        storage.engine.dispose()
 
 
 def _outcome(trials: list[optuna.trial.FrozenTrial]) -> dict[int, tuple[str, int]]:
@@ -83,7 +71,7 @@ def _run_until(path: Path, url: str, name: str, cmd: str, cwd: Path,
             assert time.monotonic() < deadline, (cwd / f"{cmd}.log").read_text()[-3000:]
             if kill_when is not None:
                 try:
-                    trials = _trials(url, name)
+                    trials = read_trials(url, name)
                 except Exception:  # the tables are being created
                     trials = []
                 if trials and kill_when(trials):
@@ -131,7 +119,7 @@ def test_one_worker_resumed_three_times_makes_every_decision_of_the_uninterrupte
     clean = tiny_sweep(tmp_path, "clean", trials=DRAWS, prune=True, tpp=5, **one)
     _run_until(clean, f"sqlite:///{tmp_path / 'results' / 'clean' / 'study.db'}", "clean", "run", tmp_path,
                None)
-    reference = _trials(f"sqlite:///{tmp_path / 'results' / 'clean' / 'study.db'}", "clean")
+    reference = read_trials(f"sqlite:///{tmp_path / 'results' / 'clean' / 'study.db'}", "clean")
     expected = _outcome(reference)
     assert sorted(expected) == list(range(DRAWS))
     pruned = [d for d, (state, _) in expected.items() if state == "PRUNED"]
@@ -156,7 +144,7 @@ def test_one_worker_resumed_three_times_makes_every_decision_of_the_uninterrupte
         assert killed, f"the sweep ended before draw {draw}'s kill point"
         cmd = "resume"
     assert not _run_until(path, url, "killed", "resume", tmp_path, None)
-    trials = _trials(url, "killed")
+    trials = read_trials(url, "killed")
     assert _outcome(trials) == expected
     interrupted = [t for t in trials if t.state == TS.FAIL]
     assert len(interrupted) >= 2 and all(t.user_attrs.get("interrupted") for t in interrupted)
@@ -165,12 +153,17 @@ def test_one_worker_resumed_three_times_makes_every_decision_of_the_uninterrupte
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_two_workers_resumed_pick_the_same_best_trial(tmp_path: Path):
-    clean = tiny_sweep(tmp_path, "clean2", trials=DRAWS, prune=True, tpp=5)
+    # A 10% margin: on this 3K-parameter model trained for 16K tokens the curves cross by more than the
+    # default 4%, and the uninterrupted sweep would sometimes cut its own best (timing decides which
+    # competitor a judgement sees); with the winner safe in both runs, the test is about the resume.
+    safe = {"pruner": {"enabled": True, "min_fraction": 0.2, "margin": 0.1,
+                       "reference": {"online": True, "min_trials": 2}}}
+    clean = tiny_sweep(tmp_path, "clean2", trials=DRAWS, prune=True, tpp=5, **safe)
     clean_url = f"sqlite:///{tmp_path / 'results' / 'clean2' / 'study.db'}"
     _run_until(clean, clean_url, "clean2", "run", tmp_path, None)
     best = optuna.load_study(study_name="clean2", storage=clean_url).best_trial.user_attrs["draw"]
 
-    path = tiny_sweep(tmp_path, "killed2", trials=DRAWS, prune=True, tpp=5)
+    path = tiny_sweep(tmp_path, "killed2", trials=DRAWS, prune=True, tpp=5, **safe)
     url = f"sqlite:///{tmp_path / 'results' / 'killed2' / 'study.db'}"
 
     def two_running(trials: list[optuna.trial.FrozenTrial]) -> bool:

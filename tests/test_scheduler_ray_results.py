@@ -95,8 +95,18 @@ def run(ray_session, tmp_path_factory):
     """One sweep, with Tune's console output (verbose=1) captured."""
     base = tmp_path_factory.mktemp("sched_results")
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        grid = make_tuner(base, "lr", make_scheduler(metric="loss"), verbose=1).fit()
+    # Tune's per-trial tables ("... completed after N iterations") come from its default output engine; a
+    # sweep run earlier in this process (hpo/runner.py) switches the process to the legacy one.
+    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "1"
+    try:
+        with contextlib.redirect_stdout(out):
+            grid = make_tuner(base, "lr", make_scheduler(metric="loss"), verbose=1).fit()
+    finally:
+        if before is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = before
     return {"grid": grid, "path": base / "lr", "console": out.getvalue()}
 
 

@@ -17,7 +17,16 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from collapse_hpo.hpo.decision import DEFAULT_MARGIN, PruneSettings
-from collapse_hpo.hpo.judge import Judge, TrialView, Verdict
+from collapse_hpo.hpo.judge import (
+    STARTUP_WARNING,
+    WARNINGS_ATTR,
+    Judge,
+    JudgeWarning,
+    TrialView,
+    Verdict,
+    add_warning,
+    emit,
+)
 from collapse_hpo.hpo.record import (
     DECISIONS_ATTR,
     PRUNE_REASON_ATTR,
@@ -186,6 +195,7 @@ class CollapsePruner(BasePruner):
         self._report_prediction = report_prediction
         self._reference: Reference = make_reference(reference)
         self._lock = threading.Lock()
+        self._warned: set[str] = set()  # warning keys said by this process (the study records them all)
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -259,7 +269,20 @@ class CollapsePruner(BasePruner):
         verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
             self._write(storage, trial_id, stored, verdict)
+        self._warn(study, verdict.warnings)
         return verdict.prune
+
+    def _warn(self, study: optuna.study.Study, found: tuple[JudgeWarning, ...]) -> None:
+        """Say each study-level condition once: a ``CollapseWarning`` and an entry in the study user attr
+        ``collapse_warnings`` (a list of {key, message, trial}); a key already recorded (by this or another
+        worker) is not said again."""
+        with self._lock:
+            for w in found:
+                if w.key in self._warned:
+                    continue
+                self._warned.add(w.key)
+                if record_warning(study, w):
+                    emit(w)
 
     # ------------------------------------------------------------------ internals
     def _view(self, t: FrozenTrial) -> TrialView:
@@ -325,3 +348,27 @@ def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:
     """The CollapsePruner's decision log of a trial (oldest first; empty when never judged)."""
     return [e.to_dict() for e in read_log(trial.user_attrs)]
+
+
+def tpe_startup_warning(sampler: Any, n_trials: int) -> JudgeWarning | None:
+    """The warning for a TPE sampler that will never leave its random start-up (``n_startup_trials`` ≥ the
+    trials the study will run), else None."""
+    if not isinstance(sampler, optuna.samplers.TPESampler):
+        return None
+    startup = int(getattr(sampler, "_n_startup_trials", 10))  # private; TPESampler(n_startup_trials=10)
+    if n_trials > startup:
+        return None
+    return JudgeWarning(STARTUP_WARNING, (
+        f"the TPE sampler draws its first n_startup_trials={startup} trials at random, and this study runs "
+        f"{n_trials}: every draw is random (use more trials, a smaller n_startup_trials, or sampler "
+        "random/qmc)"
+    ))
+
+
+def record_warning(study: optuna.study.Study, warning: JudgeWarning) -> bool:
+    """Add a warning to the study user attr ``collapse_warnings`` unless its key is there; True if added."""
+    updated = add_warning(study.user_attrs.get(WARNINGS_ATTR), warning)
+    if updated is None:
+        return False
+    study.set_user_attr(WARNINGS_ATTR, updated)
+    return True

@@ -50,6 +50,9 @@ PRUNE_REASON_ATTR = "prune_reason"
 SAMPLER_STEP_ATTR = "sampler_value_step"
 #: Study user attr holding the latest online reference fit.
 STUDY_REFERENCE_ATTR = "collapse_reference"
+#: Study user attr (Optuna) and state-file key (Ray scheduler): the study-level warnings said so far, a
+#: list of {key, message, trial} (hpo/judge.py ``JudgeWarning``), one per key.
+WARNINGS_ATTR = "collapse_warnings"
 #: Outcome attrs written by the sweep's trial function.
 TOKENS_TRAINED_ATTR = "tokens_trained"
 FINAL_LOSS_ATTR = "final_loss"

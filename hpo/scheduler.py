@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.judge import Judge, TrialView, Verdict
+from collapse_hpo.hpo.judge import Judge, JudgeWarning, TrialView, Verdict, add_warning, emit
 from collapse_hpo.hpo.record import (
     COMPLETE_T_HAT,
     DECISIONS_ATTR,
@@ -73,6 +73,7 @@ from collapse_hpo.hpo.record import (
     RAY_CONFIG_ATTR,
     RAY_TRIAL_ATTR,
     SAMPLER_STEP_ATTR,
+    WARNINGS_ATTR,
     DecisionEntry,
     TrialControls,
     read_log,
@@ -273,6 +274,7 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from: str | None = None
         self._copies: list[str] = []
         self._study: optuna.study.Study | None = None
+        self._warnings: list[dict[str, Any]] = []  # said so far (state file key: collapse_warnings)
 
     # ------------------------------------------------------------------ pickling (Tune pickles the scheduler)
     def __getstate__(self) -> dict[str, Any]:
@@ -283,6 +285,7 @@ class CollapseScheduler(FIFOScheduler):
         state["_active"] = set()
         state["_loaded_from"] = None
         state["_copies"] = []
+        state["_warnings"] = []
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -362,6 +365,7 @@ class CollapseScheduler(FIFOScheduler):
         self._mirror_trial(rec)  # its number names the trial in the others' logs
         verdict = self._judge(rec)
         self._apply(rec, verdict)
+        self._warn(verdict.warnings)
         self._save()
         self._mirror_report(rec, verdict)
         return TrialScheduler.STOP if verdict.prune else TrialScheduler.CONTINUE
@@ -462,6 +466,7 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from = path
         if os.path.exists(path):
             self._records = _read_state(path)
+            self._warnings = _read_warnings(path)
 
     def _new_record(self, trial: Trial) -> TrialRecord:
         config = _json_safe(dict(trial.config or {}))
@@ -553,6 +558,26 @@ class CollapseScheduler(FIFOScheduler):
         if verdict.prune:
             rec.status = "pruned"
 
+    def _warn(self, found: tuple[JudgeWarning, ...]) -> None:
+        """Say each study-level condition once: a ``CollapseWarning`` on the driver's console, an entry in
+        the state file's ``collapse_warnings`` and, with a mirror, in that study user attr."""
+        for w in found:
+            updated = add_warning(self._warnings, w)
+            if updated is None:
+                continue
+            self._warnings = updated
+            emit(w)
+            study = self._mirror_study()
+            if study is not None:
+                mirrored = add_warning(study.user_attrs.get(WARNINGS_ATTR), w)
+                if mirrored is not None:
+                    study.set_user_attr(WARNINGS_ATTR, mirrored)
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """The study-level warnings said so far ({key, message, trial}; also in the state file)."""
+        return [dict(w) for w in self._warnings]
+
     def _finish(self, rec: TrialRecord) -> None:
         if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):
             rec.status = "complete"
@@ -574,6 +599,7 @@ class CollapseScheduler(FIFOScheduler):
             "version": STATE_VERSION,
             "metric": self.loss_key,
             "time_attr": self.time_attr,
+            WARNINGS_ATTR: self._warnings,
             "trials": {tid: asdict(r) for tid, r in self._records.items()},
         }
 
@@ -832,6 +858,16 @@ def _read_state_text(path: str) -> tuple[str, str]:
         return file.read_text(encoding="utf-8"), str(file)
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{file}: unreadable CollapseScheduler state ({type(err).__name__})") from None
+
+
+def _read_warnings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The warnings said so far, from a state file (empty when it has none or cannot be read)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    found = data.get(WARNINGS_ATTR) if isinstance(data, dict) else None
+    return [dict(w) for w in found if isinstance(w, dict)] if isinstance(found, list) else []
 
 
 def _parse_state(text: str, path: str | os.PathLike[str]) -> dict[str, TrialRecord]:

@@ -28,9 +28,11 @@ from collapse_hpo.hpo.judge import (
     emit,
 )
 from collapse_hpo.hpo.record import (
+    CONTROL_ATTRS,
     DECISIONS_ATTR,
     PRUNE_REASON_ATTR,
     SAMPLER_STEP_ATTR,
+    USED_REFERENCE_ATTR,
     DecisionEntry,
     TrialControls,
     read_log,
@@ -196,6 +198,7 @@ class CollapsePruner(BasePruner):
         self._reference: Reference = make_reference(reference)
         self._lock = threading.Lock()
         self._warned: set[str] = set()  # warning keys said by this process (the study records them all)
+        self._recorded_label: str | None = None
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -261,7 +264,9 @@ class CollapsePruner(BasePruner):
             nonlocal trials
             trials = study.get_trials(deepcopy=False)
             with self._lock:
-                return self._reference.get(study, self._defaults, trials)
+                surrogate, label = self._reference.get(study, self._defaults, trials)
+                self._record_reference(study, surrogate, label)
+                return surrogate, label
 
         def others() -> list[TrialView]:
             return [self._view(t) for t in (trials or study.get_trials(deepcopy=False))]
@@ -306,6 +311,7 @@ class CollapsePruner(BasePruner):
     def _write(self, storage: Any, trial_id: int, stored: FrozenTrial, verdict: Verdict) -> None:
         """Write the verdict to the running trial: a new entry to its log, the five latest attrs."""
         if verdict.entry is not None:
+            self._write_controls(storage, trial_id, stored)
             raw = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
             storage.set_trial_user_attr(trial_id, DECISIONS_ATTR, [*raw, verdict.entry.to_dict()])
             self._write_latest(storage, trial_id, stored, verdict.entry)
@@ -315,6 +321,28 @@ class CollapsePruner(BasePruner):
             self._write_latest(storage, trial_id, stored, verdict.recalled)
         elif verdict.reason is not None and stored.user_attrs.get(PRUNE_REASON_ATTR) != verdict.reason:
             storage.set_trial_user_attr(trial_id, PRUNE_REASON_ATTR, verdict.reason)
+
+    def _write_controls(self, storage: Any, trial_id: int, stored: FrozenTrial) -> None:
+        """Record the controls the trial was judged with (this pruner's defaults where the trial set none),
+        so that readers without the pruner (the dashboard, ``report``) see them."""
+        if all(k in stored.user_attrs for k in CONTROL_ATTRS) or self._defaults.total_tokens is None:
+            return
+        try:
+            controls = self._defaults.merged(stored.user_attrs, f"trial {stored.number} user attrs")
+        except InputError:
+            return
+        for key, value in controls.attrs().items():
+            if key not in stored.user_attrs:
+                storage.set_trial_user_attr(trial_id, key, value)
+
+    def _record_reference(self, study: optuna.study.Study, surrogate: Any, label: str) -> None:
+        """Store a fixed reference surrogate in the study once (the decision logs name it by its label)."""
+        if surrogate is None or label.startswith("online:") or self._recorded_label == label:
+            return
+        stored = study.user_attrs.get(USED_REFERENCE_ATTR)
+        if not (isinstance(stored, dict) and stored.get("label") == label):
+            study.set_user_attr(USED_REFERENCE_ATTR, {"label": label, "surrogate": surrogate.to_dict()})
+        self._recorded_label = label
 
     @staticmethod
     def _write_latest(storage: Any, trial_id: int, stored: FrozenTrial, entry: DecisionEntry) -> None:

@@ -44,10 +44,12 @@ tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ �
 ``total_tokens`` is T_HAT_STEPS); PRUNED when this scheduler stops it, with the pruner's user attrs
 (``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``decision_fraction``, ``prune_reason``,
 ``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with a
-``prune_reason`` saying so when something else stopped it early; FAIL when it errored. Numeric config values
-become trial params (``param_distributions`` gives their search distributions, else a one-point distribution
-at the value); the whole config is kept in the user attr ``ray_config``. The mirror also makes an online
-reference possible (``reference="online"``: calibrate on the sweep's own completed trials).
+``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
+values Tune's search drew (``Trial.evaluated_params``) become trial params (``param_distributions`` gives
+their search distributions, else a one-point distribution at the value); constants of the param space do not
+(they would show as parameters with an importance); the whole config is kept in the user attr
+``ray_config``. The mirror also makes an online reference possible (``reference="online"``: calibrate on the
+sweep's own completed trials).
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ class TrialRecord:
         log: every judgement, oldest first, as ``record.DecisionEntry`` dicts (the pruner's log entries).
         optuna_trial_id: the mirrored Optuna trial (storage trial id), when mirroring.
         config: the trial config, JSON-safe, for the mirror and for people reading the file.
+        searched: the config keys Tune's search drew (``Trial.evaluated_params``, "/"-joined); the other
+            keys are constants of the param space and are not mirrored as Optuna params. None: unknown.
     """
 
     trial_id: str
@@ -139,6 +143,7 @@ class TrialRecord:
     optuna_trial_id: int | None = None
     optuna_number: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    searched: list[str] | None = None
 
     def steps(self) -> list[int]:
         """The reports' steps: tokens seen when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
@@ -496,6 +501,7 @@ class CollapseScheduler(FIFOScheduler):
             tpp=ctl.tpp,
             total_tokens=ctl.total_tokens,
             config=config,
+            searched=_searched(trial),
         )
 
     def _point(
@@ -633,7 +639,7 @@ class CollapseScheduler(FIFOScheduler):
             return rec.optuna_trial_id
         import optuna
 
-        params, dists = _params(rec.config, self.param_distributions)
+        params, dists = _params(rec.config, self.param_distributions, rec.searched)
         attrs: dict[str, Any] = {
             RAY_TRIAL_ATTR: rec.trial_id,
             RAY_CONFIG_ATTR: rec.config,
@@ -933,14 +939,24 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _params(config: Mapping[str, Any], dists: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Optuna params of a Tune config: numbers and values of given distributions (the rest: ray_config)."""
+def _searched(trial: Trial) -> list[str] | None:
+    """The "/"-joined config keys Tune's search drew for a trial (``Trial.evaluated_params``), or None."""
+    drawn = getattr(trial, "evaluated_params", None)
+    return sorted(_flatten(drawn)) if isinstance(drawn, Mapping) else None
+
+
+def _params(config: Mapping[str, Any], dists: Mapping[str, Any],
+            searched: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optuna params of a Tune config: values of given distributions, and numbers Tune's search drew (all
+    numbers when ``searched`` is None); constants of the param space stay in ray_config only."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     params: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for key, value in _flatten(config).items():
         given = dists.get(key)
+        if given is None and searched is not None and key not in searched:
+            continue
         if given is not None:
             try:
                 given.to_internal_repr(value)

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR, STUDY_REFERENCE_ATTR, TrialControls, trial_curve
+from collapse_hpo.hpo.record import (
+    SAMPLER_STEP_ATTR,
+    STUDY_REFERENCE_ATTR,
+    USED_REFERENCE_ATTR,
+    TrialControls,
+    read_log,
+    trial_curve,
+)
 from collapse_hpo.hpo.reference import make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -67,8 +74,10 @@ class _TrialView:
 def find_reference(study: optuna.Study, reference: Any = None) -> tuple[Surrogate | None, str]:
     """The surrogate to draw as the reference curve, and its label (or why there is none).
 
-    In order: ``reference`` (anything ``make_reference`` takes); the study's online fit (user attr
-    ``collapse_reference``); the surrogate file named by the sweep (user attr ``sweep_config``), if it exists.
+    In order: ``reference`` (anything ``make_reference`` takes); the reference the decision logs name (the
+    latest judgement's ``reference``): the study's online fit (user attr ``collapse_reference``) or the fixed
+    surrogate the pruner recorded (user attr ``collapse_reference_used``); the surrogate file named by the
+    sweep (user attr ``sweep_config``), if it exists.
     """
     problem = ""
     if reference is not None:
@@ -76,13 +85,24 @@ def find_reference(study: optuna.Study, reference: Any = None) -> tuple[Surrogat
             return make_reference(reference).get(study, TrialControls())
         except InputError as err:  # e.g. a moved surrogate file: fall back to what the study recorded
             problem = f"{err}; "
+    logged = _logged_reference(study)
     stored = study.user_attrs.get(STUDY_REFERENCE_ATTR)
-    if isinstance(stored, dict) and isinstance(stored.get("surrogate"), dict):
+    if (logged is None or logged.startswith("online:")) and isinstance(stored, dict) \
+            and isinstance(stored.get("surrogate"), dict):
         try:
             trials = ",".join(str(n) for n in stored.get("trials") or [])
             return Surrogate.from_dict(stored["surrogate"], source="study attr collapse_reference"), (
                 f"{problem}online:{trials}"
             )
+        except InputError:
+            pass
+    used = study.user_attrs.get(USED_REFERENCE_ATTR)
+    if isinstance(used, dict) and isinstance(used.get("surrogate"), dict) and (
+        logged is None or used.get("label") == logged
+    ):
+        try:
+            surrogate = Surrogate.from_dict(used["surrogate"], source=f"study attr {USED_REFERENCE_ATTR}")
+            return surrogate, f"{problem}{used.get('label')}"
         except InputError:
             pass
     sweep = study.user_attrs.get("sweep_config")
@@ -93,7 +113,18 @@ def find_reference(study: optuna.Study, reference: Any = None) -> tuple[Surrogat
             return Surrogate.load(os.path.expanduser(path)), f"{problem}file:{Path(path).name}"
         except InputError as err:
             return None, f"{problem}{err}"
-    return None, f"{problem}no reference surrogate recorded in the study (pass reference=...)"
+    if logged is not None:
+        return None, f"{problem}the decision logs name {logged!r}, but its surrogate is not in the study"
+    return None, f"{problem}no trial was judged yet, so no reference is recorded"
+
+
+def _logged_reference(study: optuna.Study) -> str | None:
+    """The reference label of the latest judgement in the trials' decision logs (None without any)."""
+    for t in reversed(study.get_trials(deepcopy=False)):
+        for entry in reversed(read_log(t.user_attrs)):
+            if entry.reference:
+                return entry.reference
+    return None
 
 
 def _views(study: optuna.Study, defaults: TrialControls) -> list[_TrialView]:
@@ -137,22 +168,21 @@ def curves_figure(study: optuna.Study, surrogate: Surrogate | None = None, label
     left_out = [v.number for v in views if v.divisor is None or v.divisor <= 0]
     # the reference first, so that the trials' curves are drawn on top of it
     if surrogate is not None:
-        groups: dict[tuple[Any, ...], TrialControls] = {}
+        # one reference curve per legend label: controls that print alike (τ from B/(ηλD) differs in its
+        # last digits from trial to trial) draw the same curve
+        groups: dict[str, TrialControls] = {}
         for v in views:
-            c = v.controls
-            groups.setdefault((repr(c.schedule.to_dict()), c.tau, c.tpp), c)
+            groups.setdefault(_reference_name(v.controls), v.controls)
         grid = np.linspace(0.02, 1.0, 200)
-        for j, c in enumerate(list(groups.values())[:5]):
+        for j, (name, c) in enumerate(list(groups.items())[:5]):
             try:
                 tpp = c.tpp if c.tpp is not None else math.nan
                 shape = surrogate.normalized(grid, c.schedule, c.tau, tpp)
             except (InputError, ValueError):
                 continue
-            tau = "no decay" if c.tau is None else f"τ={c.tau:.3g}"
-            tpp_s = "" if c.tpp is None else f", TPP={c.tpp:.3g}"
             fig.add_trace(go.Scatter(
                 x=grid.tolist(), y=np.asarray(shape).tolist(), mode="lines",
-                name=f"reference ℓ̂ ({c.schedule.kind}, {tau}{tpp_s})",
+                name=name,
                 line={"color": "#444444", "width": 5 if j == 0 else 3, "dash": "solid" if j == 0 else "dot"},
                 opacity=0.5,
             ))
@@ -185,6 +215,13 @@ def curves_figure(study: optuna.Study, surrogate: Surrogate | None = None, label
     )
     fig.update_yaxes(range=[0.95, 1.6])
     return fig
+
+
+def _reference_name(c: TrialControls) -> str:
+    """The legend label of the reference curve for controls ``c``."""
+    tau = "no decay" if c.tau is None else f"τ={c.tau:.3g}"
+    tpp = "" if c.tpp is None else f", TPP={c.tpp:.3g}"
+    return f"reference ℓ̂ ({c.schedule.kind}, {tau}{tpp})"
 
 
 def trial_note(trial: optuna.trial.FrozenTrial) -> str:
@@ -244,8 +281,8 @@ def study_note(study: optuna.Study, label: str) -> str:
     if total > 0:
         lines.append(f"Compute: {100.0 * used / total:.0f}% of the tokens of training every finished trial "
                      "to the end.")
-    lines += ["", f"Reference curve: {label}.", "The figure *collapse-curves* (Analytics above) shows every "
-              "normalized curve with the reference; each trial's note has its prediction."]
+    lines += ["", f"Reference curve: {label}.", "The figure *Collapsed curves* on this study's page shows "
+              "every normalized curve with the reference; each trial's note has its prediction."]
     return "\n".join(lines) + "\n"
 
 

@@ -32,13 +32,15 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
-from collapse_hpo.hpo.record import DecisionEntry, TrialControls, latest_prediction
+from collapse_hpo.hpo.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -46,6 +48,56 @@ from collapse_hpo.predictors.surrogate import Surrogate
 STATES = ("running", "complete", "pruned", "other")
 #: Tolerance on t̂ = 1 (a report at exactly total_tokens, or a rounding hair past it, is the end).
 _T_HAT_END = 1.0 + 1e-9
+
+#: Keys of the study-level warnings (``JudgeWarning.key``): each is said once per study.
+PAST_END_WARNING = "progress_past_total"
+UNJUDGEABLE_WARNING = "trial_never_judged"
+STARTUP_WARNING = "tpe_startup"
+_TPP_UNKNOWN = (
+    "tpp unknown: give the trial's tpp (set_trial_controls, or tpp=... to the pruner or scheduler); kept"
+)
+
+
+class CollapseWarning(UserWarning):
+    """A condition that silently turns pruning off (or makes it pointless); said once per study."""
+
+
+@dataclass(frozen=True)
+class JudgeWarning:
+    """A study-level warning the judge found at a result (the adapters say it once and record it).
+
+    Attributes:
+        key: which condition (``PAST_END_WARNING``, ``UNJUDGEABLE_WARNING``, ``STARTUP_WARNING``); a study
+            is warned once per key.
+        message: one line for the console and the study record.
+        trial: the trial it was first seen on (None for a study-wide condition).
+    """
+
+    key: str
+    message: str
+    trial: int | str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "message": self.message, "trial": self.trial}
+
+
+__all__ = ["WARNINGS_ATTR"]  # re-exported for the adapters
+
+
+def add_warning(
+    recorded: Sequence[Mapping[str, Any]] | None, warning: JudgeWarning
+) -> list[dict[str, Any]] | None:
+    """The study's warning list with ``warning`` appended, or None when its key is recorded already."""
+    items = [dict(w) for w in (recorded or []) if isinstance(w, Mapping)]
+    if any(w.get("key") == warning.key for w in items):
+        return None
+    return [*items, warning.to_dict()]
+
+
+def emit(warning: JudgeWarning) -> None:
+    """Say a warning on the console (Python ``warnings``, category ``CollapseWarning``)."""
+    warnings.warn(f"collapse-hpo: {warning.message}", CollapseWarning, stacklevel=3)
+
 
 #: ``reference()`` gives the surrogate (None when there is none yet) and its label (or why there is none).
 ReferenceFn = Callable[[], tuple[Surrogate | None, str]]
@@ -90,6 +142,8 @@ class Verdict:
         entry: the decision entry to append to the trial's log (a judgement); None when not a judgement.
         recalled: the logged entry this answer comes from (``recall``), else None.
         reason: the trial's ``prune_reason`` now (None: leave it as it is).
+        warnings: study-level conditions seen at this result (``JudgeWarning``; the adapter says each key
+            once per study and records it there).
     """
 
     prune: bool
@@ -97,6 +151,7 @@ class Verdict:
     entry: DecisionEntry | None = None
     recalled: DecisionEntry | None = None
     reason: str | None = None
+    warnings: tuple[JudgeWarning, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -240,11 +295,17 @@ class Judge:
         recalled = self.recall(trial)
         if recalled is not None:
             return Verdict(recalled.prune, recalled=recalled, reason=recalled.reason)
+        found = self.warnings_of(trial)
         decision, label, source = self._decide(trial, others, reference)
+        if decision is not None and decision.reason == _TPP_UNKNOWN:
+            found += (JudgeWarning(UNJUDGEABLE_WARNING, (
+                f"trial {trial.number} can never be judged: its tpp is unknown and the reference surrogate "
+                "needs one (give tpp=... to the pruner or scheduler, or set_trial_controls); pruning is "
+                "off for such trials"), trial.number),)
         if decision is None:  # between two judgements (judge_every): the last answer stands
-            return Verdict(False)
+            return Verdict(False, warnings=found)
         if not self.is_judgement(decision):
-            return Verdict(decision.prune, decision, reason=decision.reason)
+            return Verdict(decision.prune, decision, reason=decision.reason, warnings=found)
         entry = DecisionEntry.of(
             decision, step=int(trial.steps[-1]), n=len(trial.steps), reference=label, threshold_trial=source
         )
@@ -253,7 +314,30 @@ class Judge:
             entry = _with_reason(
                 entry, f"{entry.reason} ({late} report(s) arrived after a later step was judged; used now)"
             )
-        return Verdict(decision.prune, decision, entry, reason=entry.reason)
+        return Verdict(decision.prune, decision, entry, reason=entry.reason, warnings=found)
+
+    @staticmethod
+    def warnings_of(trial: TrialView) -> tuple[JudgeWarning, ...]:
+        """The study-level conditions visible at the trial's latest report (O(1): only that report is read).
+
+        A progress key past its total (t̂ > 1: every later report is ignored, so pruning is off), and a trial
+        that can never be judged (malformed or unknown controls, no total_tokens).
+        """
+        found: list[JudgeWarning] = []
+        if trial.problem is not None or trial.controls is None:
+            why = trial.problem or "its controls are unknown"
+            found.append(JudgeWarning(UNJUDGEABLE_WARNING, (
+                f"trial {trial.number} can never be judged ({why}); pruning is off for such trials"
+            ), trial.number))
+        elif len(trial.t_hat):
+            t = float(trial.t_hat[-1])
+            if math.isfinite(t) and t > _T_HAT_END:
+                found.append(JudgeWarning(PAST_END_WARNING, (
+                    f"trial {trial.number} reported t_hat={t:.4g} > 1: its progress key runs past its total "
+                    "(check time_attr and total_tokens: t_hat = progress / total_tokens); reports past "
+                    "t_hat=1 are ignored, so pruning is effectively off"
+                ), trial.number))
+        return tuple(found)
 
     def _decide(
         self, trial: TrialView, others: OthersFn, reference: ReferenceFn
@@ -284,12 +368,7 @@ class Judge:
             return Decision(False, f"no reference yet ({label}): kept", reports.fraction), None, None
         # Without a surrogate the paired rule still compares trials with equal controls (their loss ratio).
         if surrogate is not None and controls.tpp is None and surrogate.tpp_law != "constant":
-            return Decision(
-                False,
-                "tpp unknown: give the trial's tpp (set_trial_controls, or tpp=... to the pruner or "
-                "scheduler); kept",
-                reports.fraction,
-            ), label, None
+            return Decision(False, _TPP_UNKNOWN, reports.fraction), label, None
         competitors, numbers = self.competitors(trial, others())
         d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors, **common)
         source = None if d.threshold_index is None else numbers[d.threshold_index]

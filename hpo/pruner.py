@@ -17,11 +17,22 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from collapse_hpo.hpo.decision import DEFAULT_MARGIN, PruneSettings
-from collapse_hpo.hpo.judge import Judge, TrialView, Verdict
+from collapse_hpo.hpo.judge import (
+    STARTUP_WARNING,
+    WARNINGS_ATTR,
+    Judge,
+    JudgeWarning,
+    TrialView,
+    Verdict,
+    add_warning,
+    emit,
+)
 from collapse_hpo.hpo.record import (
+    CONTROL_ATTRS,
     DECISIONS_ATTR,
     PRUNE_REASON_ATTR,
     SAMPLER_STEP_ATTR,
+    USED_REFERENCE_ATTR,
     DecisionEntry,
     TrialControls,
     read_log,
@@ -186,6 +197,8 @@ class CollapsePruner(BasePruner):
         self._report_prediction = report_prediction
         self._reference: Reference = make_reference(reference)
         self._lock = threading.Lock()
+        self._warned: set[str] = set()  # warning keys said by this process (the study records them all)
+        self._recorded_label: str | None = None
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -251,7 +264,9 @@ class CollapsePruner(BasePruner):
             nonlocal trials
             trials = study.get_trials(deepcopy=False)
             with self._lock:
-                return self._reference.get(study, self._defaults, trials)
+                surrogate, label = self._reference.get(study, self._defaults, trials)
+                self._record_reference(study, surrogate, label)
+                return surrogate, label
 
         def others() -> list[TrialView]:
             return [self._view(t) for t in (trials or study.get_trials(deepcopy=False))]
@@ -259,7 +274,20 @@ class CollapsePruner(BasePruner):
         verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
             self._write(storage, trial_id, stored, verdict)
+        self._warn(study, verdict.warnings)
         return verdict.prune
+
+    def _warn(self, study: optuna.study.Study, found: tuple[JudgeWarning, ...]) -> None:
+        """Say each study-level condition once: a ``CollapseWarning`` and an entry in the study user attr
+        ``collapse_warnings`` (a list of {key, message, trial}); a key already recorded (by this or another
+        worker) is not said again."""
+        with self._lock:
+            for w in found:
+                if w.key in self._warned:
+                    continue
+                self._warned.add(w.key)
+                if record_warning(study, w):
+                    emit(w)
 
     # ------------------------------------------------------------------ internals
     def _view(self, t: FrozenTrial) -> TrialView:
@@ -283,6 +311,7 @@ class CollapsePruner(BasePruner):
     def _write(self, storage: Any, trial_id: int, stored: FrozenTrial, verdict: Verdict) -> None:
         """Write the verdict to the running trial: a new entry to its log, the five latest attrs."""
         if verdict.entry is not None:
+            self._write_controls(storage, trial_id, stored)
             raw = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
             storage.set_trial_user_attr(trial_id, DECISIONS_ATTR, [*raw, verdict.entry.to_dict()])
             self._write_latest(storage, trial_id, stored, verdict.entry)
@@ -292,6 +321,28 @@ class CollapsePruner(BasePruner):
             self._write_latest(storage, trial_id, stored, verdict.recalled)
         elif verdict.reason is not None and stored.user_attrs.get(PRUNE_REASON_ATTR) != verdict.reason:
             storage.set_trial_user_attr(trial_id, PRUNE_REASON_ATTR, verdict.reason)
+
+    def _write_controls(self, storage: Any, trial_id: int, stored: FrozenTrial) -> None:
+        """Record the controls the trial was judged with (this pruner's defaults where the trial set none),
+        so that readers without the pruner (the dashboard, ``report``) see them."""
+        if all(k in stored.user_attrs for k in CONTROL_ATTRS) or self._defaults.total_tokens is None:
+            return
+        try:
+            controls = self._defaults.merged(stored.user_attrs, f"trial {stored.number} user attrs")
+        except InputError:
+            return
+        for key, value in controls.attrs().items():
+            if key not in stored.user_attrs:
+                storage.set_trial_user_attr(trial_id, key, value)
+
+    def _record_reference(self, study: optuna.study.Study, surrogate: Any, label: str) -> None:
+        """Store a fixed reference surrogate in the study once (the decision logs name it by its label)."""
+        if surrogate is None or label.startswith("online:") or self._recorded_label == label:
+            return
+        stored = study.user_attrs.get(USED_REFERENCE_ATTR)
+        if not (isinstance(stored, dict) and stored.get("label") == label):
+            study.set_user_attr(USED_REFERENCE_ATTR, {"label": label, "surrogate": surrogate.to_dict()})
+        self._recorded_label = label
 
     @staticmethod
     def _write_latest(storage: Any, trial_id: int, stored: FrozenTrial, entry: DecisionEntry) -> None:
@@ -325,3 +376,27 @@ def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:
     """The CollapsePruner's decision log of a trial (oldest first; empty when never judged)."""
     return [e.to_dict() for e in read_log(trial.user_attrs)]
+
+
+def tpe_startup_warning(sampler: Any, n_trials: int) -> JudgeWarning | None:
+    """The warning for a TPE sampler that will never leave its random start-up (``n_startup_trials`` ≥ the
+    trials the study will run), else None."""
+    if not isinstance(sampler, optuna.samplers.TPESampler):
+        return None
+    startup = int(getattr(sampler, "_n_startup_trials", 10))  # private; TPESampler(n_startup_trials=10)
+    if n_trials > startup:
+        return None
+    return JudgeWarning(STARTUP_WARNING, (
+        f"the TPE sampler draws its first n_startup_trials={startup} trials at random, and this study runs "
+        f"{n_trials}: every draw is random (use more trials, a smaller n_startup_trials, or sampler "
+        "random/qmc)"
+    ))
+
+
+def record_warning(study: optuna.study.Study, warning: JudgeWarning) -> bool:
+    """Add a warning to the study user attr ``collapse_warnings`` unless its key is there; True if added."""
+    updated = add_warning(study.user_attrs.get(WARNINGS_ATTR), warning)
+    if updated is None:
+        return False
+    study.set_user_attr(WARNINGS_ATTR, updated)
+    return True

@@ -9,7 +9,8 @@ named here, once:
   legacy encodings (``inf``, ``"inf"``) into None where old records are read;
 - the decision log (``DECISIONS_ATTR``: a list of ``DecisionEntry.to_dict()``, oldest first) and the five
   attrs that mirror its latest entry (``DECISION_ATTRS``);
-- the pruner's sampler point (``SAMPLER_STEP_ATTR``) and the online reference fit (``STUDY_REFERENCE_ATTR``);
+- the pruner's sampler point (``SAMPLER_STEP_ATTR``), the online reference fit (``STUDY_REFERENCE_ATTR``)
+  and the fixed reference surrogate the pruner judged with (``USED_REFERENCE_ATTR``);
 - the trainer's outcome attrs (``tokens_trained``, ``final_loss``, ...).
 
 Readers of a stored Optuna trial (``trial_points``, ``trial_curve``) live here too; they need only a
@@ -50,6 +51,12 @@ PRUNE_REASON_ATTR = "prune_reason"
 SAMPLER_STEP_ATTR = "sampler_value_step"
 #: Study user attr holding the latest online reference fit.
 STUDY_REFERENCE_ATTR = "collapse_reference"
+#: Study user attr (Optuna) and state-file key (Ray scheduler): the study-level warnings said so far, a
+#: list of {key, message, trial} (hpo/judge.py ``JudgeWarning``), one per key.
+WARNINGS_ATTR = "collapse_warnings"
+#: Study user attr holding a fixed reference surrogate the pruner judged with: ``{"label", "surrogate"}``
+#: (the label is the decision logs' ``reference``).
+USED_REFERENCE_ATTR = "collapse_reference_used"
 #: Outcome attrs written by the sweep's trial function.
 TOKENS_TRAINED_ATTR = "tokens_trained"
 FINAL_LOSS_ATTR = "final_loss"

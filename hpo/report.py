@@ -251,7 +251,17 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
     ax.set_title(f"{title} loss curves".strip())
     lows = [float(np.nanmin(c.loss[np.isfinite(c.loss)])) for c in curves if np.isfinite(c.loss).any()]
     if lows:
-        ax.set_ylim(min(lows) * 0.97, min(lows) * 1.6)
+        # up to 1.6× the lowest loss, raised to show every curve's last loss and every pruned trial's
+        # prediction (pruned curves end high), but never past 4× (a diverged curve would flatten the rest)
+        tops = [min(lows) * 1.6]
+        for c in curves:
+            ok = np.isfinite(c.loss)
+            if ok.any():
+                tops.append(float(c.loss[ok][-1]))
+            a = trials[c.meta["number"]].user_attrs
+            tops += [v for v in (_num(a.get("predicted_final_loss")), _num(a.get("predicted_high")))
+                     if c.meta["state"] == "PRUNED" and v is not None]
+        ax.set_ylim(min(lows) * 0.97, min(max(tops) * 1.03, min(lows) * 4.0))
     axn.set_xlabel("t̂")
     axn.set_ylabel("ℓ = L / L(1)  (L(1) predicted for pruned trials)")
     axn.set_ylim(0.95, 1.6)

@@ -82,8 +82,13 @@ def _sqlite_parent(url: str) -> Path | None:
     return Path(url.split(":///", 1)[-1]).parent
 
 
-def make_sampler(sweep: SweepConfig) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler named in the file, seeded."""
+def make_sampler(sweep: SweepConfig, *, warn: bool = False) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler named in the file, seeded.
+
+    With ``warn``, a TPE sampler that would never leave its random start-up (``n_startup_trials`` ≥ the
+    sweep's draws) is said once (``CollapseWarning``), before the sweep starts; ``create_study`` records it
+    in the study user attr ``collapse_warnings``.
+    """
     import optuna
 
     s = sweep.sampler
@@ -95,7 +100,14 @@ def make_sampler(sweep: SweepConfig) -> optuna.samplers.BaseSampler:
             return optuna.samplers.QMCSampler(seed=s.seed, scramble=True, warn_independent_sampling=False)
     if s.name == "grid":
         return optuna.samplers.GridSampler({k: d.values() for k, d in sweep.space.items()}, seed=s.seed)
-    return optuna.samplers.TPESampler(seed=s.seed)
+    from collapse_hpo.hpo.judge import emit
+    from collapse_hpo.hpo.pruner import tpe_startup_warning
+
+    sampler = optuna.samplers.TPESampler(seed=s.seed)
+    startup = tpe_startup_warning(sampler, sweep.n_draws)
+    if warn and startup is not None:
+        emit(startup)
+    return sampler
 
 
 def plan_draws(sweep: SweepConfig) -> list[dict[str, Any]]:
@@ -203,7 +215,7 @@ def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
     storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.create_study(study_name=loc.study_name, storage=storage, direction="minimize",
-                                    sampler=make_sampler(sweep), load_if_exists=False)
+                                    sampler=make_sampler(sweep, warn=True), load_if_exists=False)
     except optuna.exceptions.DuplicatedStudyError:
         raise InputError(
             f"{sweep.source}: study {loc.study_name!r} already exists in {mask_url(loc.storage_url)}: "
@@ -211,6 +223,11 @@ def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
             f"with `collapse-hpo resume {sweep.source}`, or give --results DIR for a new sweep") from None
     study.set_user_attr(SWEEP_ATTR, _sweep_fingerprint(sweep))
     study.set_user_attr(PRUNE_ATTR, loc.prune)
+    from collapse_hpo.hpo.pruner import record_warning, tpe_startup_warning
+
+    startup = tpe_startup_warning(study.sampler, sweep.n_draws)
+    if startup is not None:
+        record_warning(study, startup)
     if sweep.planned:
         for draw, params in enumerate(plan_draws(sweep)):
             for seed in sweep.seeds:

@@ -44,10 +44,12 @@ tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ �
 ``total_tokens`` is T_HAT_STEPS); PRUNED when this scheduler stops it, with the pruner's user attrs
 (``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``decision_fraction``, ``prune_reason``,
 ``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with a
-``prune_reason`` saying so when something else stopped it early; FAIL when it errored. Numeric config values
-become trial params (``param_distributions`` gives their search distributions, else a one-point distribution
-at the value); the whole config is kept in the user attr ``ray_config``. The mirror also makes an online
-reference possible (``reference="online"``: calibrate on the sweep's own completed trials).
+``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
+values Tune's search drew (``Trial.evaluated_params``) become trial params (``param_distributions`` gives
+their search distributions, else a one-point distribution at the value); constants of the param space do not
+(they would show as parameters with an importance); the whole config is kept in the user attr
+``ray_config``. The mirror also makes an online reference possible (``reference="online"``: calibrate on the
+sweep's own completed trials).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.judge import Judge, TrialView, Verdict
+from collapse_hpo.hpo.judge import Judge, JudgeWarning, TrialView, Verdict, add_warning, emit
 from collapse_hpo.hpo.record import (
     COMPLETE_T_HAT,
     DECISIONS_ATTR,
@@ -73,6 +75,7 @@ from collapse_hpo.hpo.record import (
     RAY_CONFIG_ATTR,
     RAY_TRIAL_ATTR,
     SAMPLER_STEP_ATTR,
+    WARNINGS_ATTR,
     DecisionEntry,
     TrialControls,
     read_log,
@@ -120,6 +123,8 @@ class TrialRecord:
         log: every judgement, oldest first, as ``record.DecisionEntry`` dicts (the pruner's log entries).
         optuna_trial_id: the mirrored Optuna trial (storage trial id), when mirroring.
         config: the trial config, JSON-safe, for the mirror and for people reading the file.
+        searched: the config keys Tune's search drew (``Trial.evaluated_params``, "/"-joined); the other
+            keys are constants of the param space and are not mirrored as Optuna params. None: unknown.
     """
 
     trial_id: str
@@ -138,6 +143,7 @@ class TrialRecord:
     optuna_trial_id: int | None = None
     optuna_number: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    searched: list[str] | None = None
 
     def steps(self) -> list[int]:
         """The reports' steps: tokens seen when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
@@ -273,6 +279,7 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from: str | None = None
         self._copies: list[str] = []
         self._study: optuna.study.Study | None = None
+        self._warnings: list[dict[str, Any]] = []  # said so far (state file key: collapse_warnings)
 
     # ------------------------------------------------------------------ pickling (Tune pickles the scheduler)
     def __getstate__(self) -> dict[str, Any]:
@@ -283,6 +290,7 @@ class CollapseScheduler(FIFOScheduler):
         state["_active"] = set()
         state["_loaded_from"] = None
         state["_copies"] = []
+        state["_warnings"] = []
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -362,6 +370,7 @@ class CollapseScheduler(FIFOScheduler):
         self._mirror_trial(rec)  # its number names the trial in the others' logs
         verdict = self._judge(rec)
         self._apply(rec, verdict)
+        self._warn(verdict.warnings)
         self._save()
         self._mirror_report(rec, verdict)
         return TrialScheduler.STOP if verdict.prune else TrialScheduler.CONTINUE
@@ -462,6 +471,7 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from = path
         if os.path.exists(path):
             self._records = _read_state(path)
+            self._warnings = _read_warnings(path)
 
     def _new_record(self, trial: Trial) -> TrialRecord:
         config = _json_safe(dict(trial.config or {}))
@@ -491,6 +501,7 @@ class CollapseScheduler(FIFOScheduler):
             tpp=ctl.tpp,
             total_tokens=ctl.total_tokens,
             config=config,
+            searched=_searched(trial),
         )
 
     def _point(
@@ -553,6 +564,26 @@ class CollapseScheduler(FIFOScheduler):
         if verdict.prune:
             rec.status = "pruned"
 
+    def _warn(self, found: tuple[JudgeWarning, ...]) -> None:
+        """Say each study-level condition once: a ``CollapseWarning`` on the driver's console, an entry in
+        the state file's ``collapse_warnings`` and, with a mirror, in that study user attr."""
+        for w in found:
+            updated = add_warning(self._warnings, w)
+            if updated is None:
+                continue
+            self._warnings = updated
+            emit(w)
+            study = self._mirror_study()
+            if study is not None:
+                mirrored = add_warning(study.user_attrs.get(WARNINGS_ATTR), w)
+                if mirrored is not None:
+                    study.set_user_attr(WARNINGS_ATTR, mirrored)
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """The study-level warnings said so far ({key, message, trial}; also in the state file)."""
+        return [dict(w) for w in self._warnings]
+
     def _finish(self, rec: TrialRecord) -> None:
         if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):
             rec.status = "complete"
@@ -574,6 +605,7 @@ class CollapseScheduler(FIFOScheduler):
             "version": STATE_VERSION,
             "metric": self.loss_key,
             "time_attr": self.time_attr,
+            WARNINGS_ATTR: self._warnings,
             "trials": {tid: asdict(r) for tid, r in self._records.items()},
         }
 
@@ -607,7 +639,7 @@ class CollapseScheduler(FIFOScheduler):
             return rec.optuna_trial_id
         import optuna
 
-        params, dists = _params(rec.config, self.param_distributions)
+        params, dists = _params(rec.config, self.param_distributions, rec.searched)
         attrs: dict[str, Any] = {
             RAY_TRIAL_ATTR: rec.trial_id,
             RAY_CONFIG_ATTR: rec.config,
@@ -834,6 +866,16 @@ def _read_state_text(path: str) -> tuple[str, str]:
         raise InputError(f"{file}: unreadable CollapseScheduler state ({type(err).__name__})") from None
 
 
+def _read_warnings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The warnings said so far, from a state file (empty when it has none or cannot be read)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    found = data.get(WARNINGS_ATTR) if isinstance(data, dict) else None
+    return [dict(w) for w in found if isinstance(w, dict)] if isinstance(found, list) else []
+
+
 def _parse_state(text: str, path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
     """The records of a state file's text (``path`` names it in errors)."""
     try:
@@ -897,14 +939,24 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _params(config: Mapping[str, Any], dists: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Optuna params of a Tune config: numbers and values of given distributions (the rest: ray_config)."""
+def _searched(trial: Trial) -> list[str] | None:
+    """The "/"-joined config keys Tune's search drew for a trial (``Trial.evaluated_params``), or None."""
+    drawn = getattr(trial, "evaluated_params", None)
+    return sorted(_flatten(drawn)) if isinstance(drawn, Mapping) else None
+
+
+def _params(config: Mapping[str, Any], dists: Mapping[str, Any],
+            searched: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optuna params of a Tune config: values of given distributions, and numbers Tune's search drew (all
+    numbers when ``searched`` is None); constants of the param space stay in ray_config only."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     params: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for key, value in _flatten(config).items():
         given = dists.get(key)
+        if given is None and searched is not None and key not in searched:
+            continue
         if given is not None:
             try:
                 given.to_internal_repr(value)

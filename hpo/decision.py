@@ -68,7 +68,7 @@ COMPARISONS = ("paired", "interval")
 DEFAULT_MARGIN = 0.04
 
 # Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
-_T_HAT_END = 1.0 + 1e-9
+T_HAT_END = 1.0 + 1e-9
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class Competitor:
         """A Competitor keeping the reports a prediction can use: t̂ ≤ 1 and a finite, positive loss."""
         t = np.asarray(t_hat, dtype=float).ravel()
         y = np.asarray(loss, dtype=float).ravel()
-        ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= _T_HAT_END)
+        ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= T_HAT_END)
         return cls(
             final_loss=final_loss, latest=latest, t_hat=tuple(t[ok].tolist()), loss=tuple(y[ok].tolist()),
             schedule=schedule, tau=tau, tpp=tpp,
@@ -237,6 +237,30 @@ def pessimistic(competitor: float | Prediction | Competitor) -> float:
     return value if math.isfinite(value) else math.nan
 
 
+def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """A trial's reports as ``decide`` reads them: reports with an invalid t̂ dropped, the rest sorted by t̂,
+    the first of repeated t̂ kept; each kind of dropped report noted in ``notes``. The one cleaning of
+    reports (hpo/judge.py uses it too)."""
+    bad_t = ~np.isfinite(t) | (t < 0)
+    if bad_t.any():
+        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
+        t, y = t[~bad_t], y[~bad_t]
+    if t.size == 0:
+        return t, y
+    order = np.argsort(t, kind="stable")
+    t, y = t[order], y[order]
+    dup = np.concatenate([[False], np.diff(t) == 0])
+    if dup.any():
+        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
+        t, y = t[~dup], y[~dup]
+    return t, y
+
+
+def past_end_note(t: np.ndarray, past: np.ndarray) -> str:
+    """The note for reports past t̂ = 1 (``past`` marks them in ``t``)."""
+    return f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
+
+
 def decide(
     t_hat: Sequence[float] | np.ndarray,
     loss: Sequence[float] | np.ndarray,
@@ -285,19 +309,9 @@ def _decide(
     notes: list[str],
 ) -> Decision:
 
-    bad_t = ~np.isfinite(t) | (t < 0)
-    if bad_t.any():
-        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
-        t, y = t[~bad_t], y[~bad_t]
+    t, y = sort_reports(t, y, notes)
     if t.size == 0:
         return Decision(False, _join("no loss reported yet: nothing to judge", notes), math.nan)
-
-    order = np.argsort(t, kind="stable")
-    t, y = t[order], y[order]
-    dup = np.concatenate([[False], np.diff(t) == 0])
-    if dup.any():
-        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
-        t, y = t[~dup], y[~dup]
 
     # Divergence is judged on every report, also those past t̂ = 1: a NaN is a NaN.
     nonfinite = ~np.isfinite(y)
@@ -321,11 +335,9 @@ def _decide(
             float(min(t[i], 1.0)),
         )
 
-    past = t > _T_HAT_END
+    past = t > T_HAT_END
     if past.any():
-        notes.append(
-            f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
-        )
+        notes.append(past_end_note(t, past))
         t, y = t[~past], y[~past]
         if t.size == 0:
             return Decision(False, _join("no report at t_hat <= 1: nothing to judge", notes), math.nan)

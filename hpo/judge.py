@@ -39,15 +39,21 @@ from typing import Any
 
 import numpy as np
 
-from collapse_hpo.hpo.decision import Competitor, Decision, PruneSettings, decide
+from collapse_hpo.hpo.decision import (
+    T_HAT_END,
+    Competitor,
+    Decision,
+    PruneSettings,
+    decide,
+    past_end_note,
+    sort_reports,
+)
 from collapse_hpo.hpo.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
 #: Trial states a view may have. Only "complete" and "running" trials compete.
 STATES = ("running", "complete", "pruned", "other")
-#: Tolerance on t̂ = 1 (a report at exactly total_tokens, or a rounding hair past it, is the end).
-_T_HAT_END = 1.0 + 1e-9
 
 #: Keys of the study-level warnings (``JudgeWarning.key``): each is said once per study.
 PAST_END_WARNING = "progress_past_total"
@@ -174,25 +180,14 @@ def clean_reports(t_hat: Sequence[float] | np.ndarray, loss: Sequence[float] | n
     t = np.asarray(t_hat, dtype=float).ravel()
     y = np.asarray(loss, dtype=float).ravel()
     notes: list[str] = []
-    bad_t = ~np.isfinite(t) | (t < 0)
-    if bad_t.any():
-        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
-        t, y = t[~bad_t], y[~bad_t]
+    t, y = sort_reports(t, y, notes)
     if t.size == 0:
         return Reports(math.nan, False, tuple(notes))
-    order = np.argsort(t, kind="stable")
-    t, y = t[order], y[order]
-    dup = np.concatenate([[False], np.diff(t) == 0])
-    if dup.any():
-        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
-        t, y = t[~dup], y[~dup]
     if (~np.isfinite(y) | (y <= 0)).any():
         return Reports(math.nan, True, tuple(notes))
-    past = t > _T_HAT_END
+    past = t > T_HAT_END
     if past.any():
-        notes.append(
-            f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
-        )
+        notes.append(past_end_note(t, past))
         t = t[~past]
         if t.size == 0:
             return Reports(math.nan, False, tuple(notes))
@@ -331,7 +326,7 @@ class Judge:
             ), trial.number))
         elif len(trial.t_hat):
             t = float(trial.t_hat[-1])
-            if math.isfinite(t) and t > _T_HAT_END:
+            if math.isfinite(t) and t > T_HAT_END:
                 found.append(JudgeWarning(PAST_END_WARNING, (
                     f"trial {trial.number} reported t_hat={t:.4g} > 1: its progress key runs past its total "
                     "(check time_attr and total_tokens: t_hat = progress / total_tokens); reports past "

@@ -112,32 +112,12 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kwargs: A
     the old one (or 0666 less the umask), is fsynced before the rename, and the folder after it. On any
     error the temporary file is removed and the old file kept; an OSError becomes an InputError (one line).
     """
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    try:
-        old_mode = stat.S_IMODE(os.stat(p).st_mode)
-    except OSError:
-        old_mode = _umask_mode()
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=TMP_SUFFIX, dir=folder)
-    except OSError as err:
-        raise InputError(describe_os_error(p, err)) from None
-    try:
-        with os.fdopen(fd, mode, **open_kwargs) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, old_mode)
-        os.replace(tmp, p)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError):
-            raise InputError(describe_os_error(p, err)) from None
-        raise
-    _fsync_dir(folder)
+    # One mechanism for both: the file is written through the temporary path of `_atomic_path`, which
+    # fsyncs it once closed, keeps the old mode, renames, and turns an OSError into one line.
+    with _atomic_path(Path(path)) as tmp, open(tmp, mode, **open_kwargs) as fh:
+        yield fh
 
 
 def atomic_write_path(path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[str]:

@@ -35,6 +35,12 @@ def _num(x: Any) -> float | None:
     return float(x) if math.isfinite(float(x)) else None
 
 
+def _positive(x: Any) -> float | None:
+    """A positive finite number, else None (e.g. ``tpp``: None = not defined)."""
+    v = _num(x)
+    return v if v is not None and v > 0 else None
+
+
 @dataclass(frozen=True)
 class Compute:
     """Compute of a sweep in tokens: ``spent`` (all trials, failed attempts included) against ``unpruned``
@@ -172,7 +178,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
         loss = np.array([v for _, v in items], dtype=float)
         sched = Schedule.parse(a.get("schedule"))
         curves.append(Curve(run=f"trial{t.number}", t_hat=steps / total, loss=loss, schedule=sched,
-                            tau=_num(a.get("tau")), tpp=_num(a.get("tpp")) or math.nan,
+                            tau=_num(a.get("tau")), tpp=_positive(a.get("tpp")),
                             meta={"state": t.state.name, "number": t.number}))
     return curves
 

@@ -4,7 +4,8 @@ Everything is read from the Optuna study (the storage), so a report works on a f
 interrupted sweep alike. Files (written atomically):
 
 - ``results.csv``: one row per trial (columns `COLUMNS`).
-- ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp).
+- ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp; tpp empty
+  when not defined, as in a ``total_tokens`` sweep).
 - ``curves.png``: left, the loss curves over t̂ with each pruned trial's predicted final loss and interval at
   t̂ = 1 and its decision point; right, the normalized curves ℓ = L / L(1) (L(1): the final loss, or the
   predicted one for a pruned trial) with the reference surrogate's collapsed curve when one is known.

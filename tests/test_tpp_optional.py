@@ -21,6 +21,7 @@ from collapse_hpo.hpo.cli import main
 from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide, same_controls
 from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
 from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR, TrialControls, trial_curve
+from collapse_hpo.hpo.reference import fit_surrogate
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv, write_curves_csv
 from collapse_hpo.predictors.errors import InputError
@@ -123,6 +124,10 @@ def test_calibrate_refuses_a_file_that_mixes_runs_with_and_without_tpp(tmp_path,
     assert "\n" not in line and str(path) in line
     assert "6 of 8 runs have no tpp" in line and "tau0.05_tppnone_s0" in line
     assert "calibrate them separately, or leave tpp empty for every run" in line
+    # The online reference of a live sweep calls the same calibration: a mixed set of completed trials gives
+    # no surrogate, with this reason (hpo/reference.py), and trials of equal controls are still compared.
+    with pytest.raises(InputError, match=r"have no tpp .* and the others have one"):
+        fit_surrogate(mixed)
 
 
 def test_predict_on_a_mixed_file_says_which_runs_a_tpp_law_cannot_serve(tmp_path, capsys):

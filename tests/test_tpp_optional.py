@@ -170,6 +170,19 @@ def test_an_old_surrogate_file_still_loads_and_serves_runs_without_tpp(tmp_path)
             assert "q depends on TPP" in pred.reason
 
 
+def test_monitor_reads_runs_without_tpp_and_names_the_run_a_tpp_law_cannot_serve(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    write_curves_csv(path, finetune(taus=(0.1,), seeds=1))
+    flat, power = tmp_path / "flat.json", tmp_path / "power.json"
+    TRUTH.save(flat)
+    TRUE_SURROGATE.save(power)
+    code, out, _ = cli(["monitor", str(path), "--surrogate", str(flat)], capsys)
+    assert code == 0 and "tau0.1_tppnone_s0" in out and "no alarm" in out
+    code, _, err = cli(["monitor", str(path), "--surrogate", str(power)], capsys)
+    assert code == 2 and "\n" not in err.strip()
+    assert f"{path}: run 'tau0.1_tppnone_s0': q depends on TPP" in err
+
+
 # ---------------------------------------------------------------------------------------------- the rule
 def test_same_controls_none_equals_none_and_differs_from_a_number():
     t = tuple(np.linspace(0.05, 0.5, 10))

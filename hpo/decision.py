@@ -243,7 +243,7 @@ def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.nda
     reports (hpo/judge.py uses it too)."""
     bad_t = ~np.isfinite(t) | (t < 0)
     if bad_t.any():
-        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
+        notes.append(invalid_note(int(bad_t.sum())))
         t, y = t[~bad_t], y[~bad_t]
     if t.size == 0:
         return t, y
@@ -251,14 +251,38 @@ def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.nda
     t, y = t[order], y[order]
     dup = np.concatenate([[False], np.diff(t) == 0])
     if dup.any():
-        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
+        notes.append(repeat_note(int(dup.sum())))
         t, y = t[~dup], y[~dup]
     return t, y
 
 
+def invalid_note(count: int) -> str:
+    """The note for ``count`` reports with an invalid t̂ (NaN, inf or negative)."""
+    return f"{count} report(s) with an invalid t_hat ignored"
+
+
+def repeat_note(count: int) -> str:
+    """The note for ``count`` reports at a t̂ reported before (the first is kept)."""
+    return f"{count} repeated report(s) at the same t_hat ignored (first kept)"
+
+
 def past_end_note(t: np.ndarray, past: np.ndarray) -> str:
     """The note for reports past t̂ = 1 (``past`` marks them in ``t``)."""
-    return f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
+    return past_note(int(past.sum()), float(t.max()))
+
+
+def past_note(count: int, largest: float) -> str:
+    """The note for ``count`` reports past t̂ = 1, the largest t̂ reported being ``largest``."""
+    return f"{count} report(s) past t_hat=1 (up to {largest:.4g}) ignored: check total_tokens"
+
+
+def not_judged_yet(fraction: float, settings: PruneSettings, notes: Sequence[str] = ()) -> Decision:
+    """The decision for a trial whose latest valid report is at t̂ = ``fraction`` < ``min_fraction`` (what
+    ``decide`` returns then; the judge builds it from its report summary without the curve). The reason does
+    not repeat t̂, so it stays the same from report to report (an adapter writes it once)."""
+    kept = list(notes)
+    reason = _join(f"t_hat < min_fraction={settings.min_fraction:g}: not judged yet", kept)
+    return Decision(False, reason, fraction, notes=tuple(kept))
 
 
 def decide(
@@ -344,11 +368,7 @@ def _decide(
     fraction = float(min(t[-1], 1.0))
 
     if fraction < settings.min_fraction:
-        return Decision(
-            False,
-            _join(f"t_hat={fraction:.4g} < min_fraction={settings.min_fraction:g}: not judged yet", notes),
-            fraction,
-        )
+        return not_judged_yet(fraction, settings, notes)
     paired = settings.comparison == "paired"
     if surrogate is None and not paired:
         return Decision(False, _join("no reference surrogate: cannot predict, kept", notes), fraction)

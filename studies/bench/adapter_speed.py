@@ -5,8 +5,9 @@ t̂ = i / reports; tokens = t̂ · 1,000,000), run ``--concurrent`` at a time (d
 interleaved round-robin, as a Tune controller or several Optuna workers would deliver them:
 
 - **scheduler**: the real ``CollapseScheduler`` (hpo/scheduler.py) driven through ``on_trial_add`` /
-  ``on_trial_result`` / ``on_trial_complete`` as Tune's controller calls them (stub ``ray.tune`` Trial objects,
-  no cluster), with its state file on disk in ``--dir`` (time_attr ``tokens``, total_tokens 1,000,000).
+  ``on_trial_result`` / ``on_trial_complete`` as Tune's controller calls them (stub ``ray.tune`` Trial
+  objects, no cluster), with its state file on disk in ``--dir`` (time_attr ``tokens``, total_tokens
+  1,000,000).
 - **pruner**: the real ``CollapsePruner`` (hpo/pruner.py) on an Optuna study in a SQLite file in ``--dir``
   (``study.ask``, real ``trial.report(loss, step=tokens)`` and ``trial.should_prune()``, ``study.tell``).
 
@@ -306,7 +307,8 @@ def table(args: argparse.Namespace, sched: dict[str, Any] | None, prun: dict[str
         "# Adapter speed (issue 13, item 1)",
         "",
         f"`{' '.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])}`: {args.trials} trials × "
-        f"{args.reports} reports, {args.concurrent} at a time; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{args.reports} reports, {args.concurrent} at a time; written "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.",
         "",
     ]
@@ -315,8 +317,8 @@ def table(args: argparse.Namespace, sched: dict[str, Any] | None, prun: dict[str
         out += [
             "## CollapseScheduler (state file on disk)",
             "",
-            f"{sched['results']} results, {sched['pruned']} trials pruned, {sched['wall_s']:.1f} s; state files "
-            f"{sched['state_bytes'] / 1e6:.2f} MB at the end"
+            f"{sched['results']} results, {sched['pruned']} trials pruned, {sched['wall_s']:.1f} s; state "
+            f"files {sched['state_bytes'] / 1e6:.2f} MB at the end"
             + ("" if w is None else f"; {w:,.0f} bytes written per result (wchar)") + ".",
             "",
             head,
@@ -351,8 +353,9 @@ def table(args: argparse.Namespace, sched: dict[str, Any] | None, prun: dict[str
             _row("should_prune between judgements, last 10% of each curve", prun["late"]),
             "",
             f"Targets: should_prune p99 between judgements ≤ 2 ms: {prun['between']['p99']:.3f} ms, "
-            f"{_verdict(prun['between']['p99'], 2.0)}; judgement ≤ 5 ms: mean {prun['judgement']['mean']:.2f} "
-            f"ms / p99 {prun['judgement']['p99']:.2f} ms (should_prune, storage included), "
+            f"{_verdict(prun['between']['p99'], 2.0)}; judgement ≤ 5 ms: mean "
+            f"{prun['judgement']['mean']:.2f} ms / p99 {prun['judgement']['p99']:.2f} ms (should_prune, "
+            "storage included), "
             f"{_verdict(prun['judgement']['p99'], 5.0)} (p99); the judge alone: mean "
             f"{prun['judge']['mean']:.2f} / p99 {prun['judge']['p99']:.2f} ms.",
             "",

@@ -137,8 +137,8 @@ class Competitor:
 
     final_loss: float | None = None
     latest: Prediction | None = None
-    t_hat: tuple[float, ...] = ()
-    loss: tuple[float, ...] = ()
+    t_hat: tuple[float, ...] | np.ndarray = ()
+    loss: tuple[float, ...] | np.ndarray = ()
     schedule: Schedule | None = None
     tau: float | None = None
     tpp: float | None = None
@@ -159,9 +159,11 @@ class Competitor:
         t = np.asarray(t_hat, dtype=float).ravel()
         y = np.asarray(loss, dtype=float).ravel()
         ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= T_HAT_END)
+        kept_t, kept_y = t[ok], y[ok]  # new arrays (boolean indexing copies), kept read-only
+        kept_t.flags.writeable = kept_y.flags.writeable = False
         return cls(
-            final_loss=final_loss, latest=latest, t_hat=tuple(t[ok].tolist()), loss=tuple(y[ok].tolist()),
-            schedule=schedule, tau=tau, tpp=tpp,
+            final_loss=final_loss, latest=latest, t_hat=kept_t, loss=kept_y, schedule=schedule, tau=tau,
+            tpp=tpp,
         )
 
 

@@ -62,6 +62,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 from collapse_hpo.hpo.decision import PruneSettings
@@ -556,7 +557,7 @@ class CollapseScheduler(FIFOScheduler):
         c.catch_up()
         state = {"running": "running", "complete": "complete", "pruned": "pruned"}.get(rec.status, "other")
         number: int | str = rec.optuna_number if rec.optuna_number is not None else rec.trial_id
-        return TrialView(number, state, c.steps, rec.t_hat, rec.loss, c.controls, rec.final_loss, c.log,
+        return TrialView(number, state, c.steps, c.t_hat, c.loss, c.controls, rec.final_loss, c.log,
                          reports=c.summary.reports())
 
     def _judge(self, rec: TrialRecord) -> Verdict:
@@ -825,18 +826,36 @@ class _ViewCache:
     def __init__(self, rec: TrialRecord) -> None:
         self.rec = rec
         self.steps: list[int] = []
+        self._t = np.empty(64)  # the curve as arrays (grown by doubling), so a judgement converts nothing
+        self._y = np.empty(64)
         self.log: list[DecisionEntry] = []
         self.logged = 0  # entries of rec.log read so far (a malformed one is skipped, as read_log does)
         self.summary = ReportSummary()
         self.key: tuple[Any, ...] | None = None
         self.controls: TrialControls | None = None
 
+    @property
+    def t_hat(self) -> np.ndarray:
+        """The record's t̂ as an array (a view: valid until the next ``catch_up``)."""
+        return self._t[: len(self.steps)]
+
+    @property
+    def loss(self) -> np.ndarray:
+        """The record's losses as an array (a view, like ``t_hat``)."""
+        return self._y[: len(self.steps)]
+
     def catch_up(self) -> None:
         """Take what the record gained since the last call (O(new items))."""
         rec = self.rec
-        for i in range(len(self.steps), len(rec.t_hat)):
+        n = len(rec.t_hat)
+        if n > self._t.size:
+            size = max(n, 2 * self._t.size)
+            self._t = np.resize(self._t, size)
+            self._y = np.resize(self._y, size)
+        for i in range(len(self.steps), n):
             self.steps.append(step_of(rec.t_hat[i], rec.tokens[i]))
             self.summary.add(rec.t_hat[i], rec.loss[i])
+            self._t[i], self._y[i] = rec.t_hat[i], rec.loss[i]
         if self.logged < len(rec.log):
             self.log.extend(read_log({DECISIONS_ATTR: rec.log[self.logged:]}))
             self.logged = len(rec.log)

@@ -88,6 +88,15 @@ class CollapsePruner(BasePruner):
     training. Who competes, when a judgement is due and what an entry holds are the judge's
     (hpo/judge.py), the same for the Ray ``CollapseScheduler``.
 
+    Cost per call: a judgement reads the stored trial and the study (the other trials' curves), as the
+    decision needs. Between judgements, ``should_prune()`` reads nothing from the storage: it takes the new
+    reports from the trial Optuna hands it, adds them to what this process knows of the trial since its
+    last judgement (the attrs read then plus its own writes, the sorted curve, a summary of the cleaned
+    reports) and answers "not due" in a time independent of the curve's length and of the number of trials;
+    it writes only a changed ``prune_reason``. This assumes the trial's reports and judgements come from the
+    process that calls ``should_prune`` for it (Optuna's own model: one worker runs a trial); the stored
+    trial is read again at every judgement, so decisions are always made on the stored state.
+
     Robustness: NaN/inf/non-positive losses prune with the reason; reports past t̂ = 1 are ignored
     (said in the reason); repeated steps are ignored by Optuna (first value kept); reports that arrive
     out of order are used from the next decision on (the reason counts them); missing controls or a

@@ -19,14 +19,25 @@ also name a key of the result or of the trial config that holds each trial's tok
 
 State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles the scheduler as it was
 before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
-in a JSON file in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``), rewritten
-atomically (temp file + ``os.replace``) after every result it processes and before it answers Tune (also into
-Tune's driver staging copy of that directory, which Tune syncs over the experiment directory). A
-restored run reloads it: a trial pruned before the interruption is stopped again at once, completed trials
-keep counting as competitors, and replayed results (a trial restarted from its checkpoint or from scratch
-re-reports t̂ it already reported) are answered from the record instead of being judged again, so the
-decisions after a restore are the ones the uninterrupted run would have made. Only trials that Tune adds
-in this session count as competitors, so a fresh run in an old experiment directory ignores stale trials.
+in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``) as a snapshot plus an
+append-only journal beside it (``collapse_scheduler_state.journal.json``; format, durability and compaction:
+hpo/scheduler_state.py). Each result appends one journal line (the report and the decision it caused)
+before Tune is answered, so a result costs the same at any curve length and number of trials; the snapshot
+is rewritten only when the journal has outgrown it, at ``save`` and when a scheduler loads the state. Read it
+with ``CollapseScheduler.load_state`` (the snapshot alone is not the whole state). On a local filesystem the
+state lives at the storage path, and the copies Tune's restore puts into its driver staging directory are
+removed, so Tune's sync of that directory cannot overwrite it; on a remote one it is written into the staging
+directory, which Tune syncs up. A restored run reloads it: a trial pruned before the interruption is stopped
+again at once, completed trials keep counting as competitors, and replayed results (a trial restarted from
+its checkpoint or from scratch re-reports t̂ it already reported) are answered from the record instead of
+being judged again, so the decisions after a restore are the ones the uninterrupted run would have made.
+Only trials that Tune adds in this session count as competitors, so a fresh run in an old experiment
+directory ignores stale trials.
+
+Cost per result. Between two judgements (``judge_every``) a result appends its point to the record, to a
+per-trial cache of what the judge reads (steps, parsed log, controls, an incremental summary of the cleaned
+reports: ``judge.ReportSummary``) and one journal line; nothing is re-read, re-sorted or re-serialized. A
+judgement reads the other trials' curves (arrays grown in place, no conversion) and runs the rule.
 
 Outcome in the results. Tune shows a pruned trial as TERMINATED, like any stopped trial. Ray Tune has no
 hook for a scheduler to change a result before it is recorded (``on_trial_result`` gets a flattened copy), so
@@ -35,8 +46,8 @@ and ``collapse_reason`` (one line) to the trial's last result, ``Trial.last_resu
 prints that result's table ("... completed after N iterations") and saves it with the experiment state, so
 ``ResultGrid``'s ``Result.metrics`` has both keys, also after ``Tuner.restore``. The trial's result.json and
 progress.csv were written before, so ``ResultGrid.get_dataframe()`` and ``Result.metrics_dataframe`` do not.
-``CollapseScheduler.load_state(experiment_path)`` reads the whole state without a scheduler object (a restored
-``Tuner`` gives none).
+``CollapseScheduler.load_state(experiment_path)`` reads the whole state (snapshot and journal) without a
+scheduler object (a restored ``Tuner`` gives none); ``load_warnings`` its warnings.
 
 Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
 an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
@@ -140,7 +151,8 @@ class CollapseScheduler(FIFOScheduler):
         settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).
         judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
             0 = at every result).
-        state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
+        state_path: where to keep the state's snapshot (its journal goes beside it, see
+            ``scheduler_state.journal_path``); default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
         storage, study_name: Optuna storage URL and study to mirror trials into (both or neither). The URL is
             checked here as ``collapse-hpo run`` checks a sweep's storage (preflight.py ``check_storage``):

@@ -17,11 +17,13 @@ Two files side by side (hpo/scheduler.py says where: the experiment directory by
 Cost. A result appends one line (about 100–300 bytes, more at a judgement): the cost does not grow with the
 curve or the number of trials. Each line is written to the operating system at once (``os.write`` on a
 descriptor opened with ``O_APPEND``: a crash of the process loses nothing written). It is fsynced when it
-holds a judgement, a trial's end or a warning, and at most every ``FSYNC_EVERY_S`` otherwise: only a
-machine crash or power loss can lose the unsynced lines, and those are reports between two judgements,
-which the restored trial reports again (a trial restarted from a checkpoint or from scratch re-reports its
-points; t̂ beyond the record is new to the scheduler, so they are simply taken again). An fsync per result
-would cost more than the rest of the result.
+holds a prune, a trial added or ended, a mirrored Optuna trial created or a warning (what a restore must
+never lose or repeat), and otherwise with the first line written ``FSYNC_EVERY_S`` or more after the oldest
+unsynced one (else the OS writes it back by itself within its dirty-page interval). Only a machine crash or
+power loss can lose unsynced lines: reports and kept judgements of the last seconds, which the restored
+trials report again (a trial restarted from a checkpoint or from scratch re-reports its points; t̂ beyond
+the record is new to the scheduler, so they are taken and judged again). An fsync per result would cost
+more than the rest of the result.
 
 Compaction. When the journal outgrows ``max(COMPACT_MIN_BYTES, size of the last snapshot)``, at ``save``,
 and whenever a scheduler loads the state, the whole state is written as a new snapshot (``atomic_write``:

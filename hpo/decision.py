@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -137,11 +137,14 @@ class Competitor:
 
     final_loss: float | None = None
     latest: Prediction | None = None
-    t_hat: tuple[float, ...] | np.ndarray = ()
-    loss: tuple[float, ...] | np.ndarray = ()
+    t_hat: tuple[float, ...] = ()
+    loss: tuple[float, ...] = ()
     schedule: Schedule | None = None
     tau: float | None = None
     tpp: float | None = None
+    _arrays: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def from_reports(
@@ -159,12 +162,23 @@ class Competitor:
         t = np.asarray(t_hat, dtype=float).ravel()
         y = np.asarray(loss, dtype=float).ravel()
         ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= T_HAT_END)
-        kept_t, kept_y = t[ok], y[ok]  # new arrays (boolean indexing copies), kept read-only
+        kept_t, kept_y = t[ok], y[ok]  # new arrays (boolean indexing copies), read-only: shared by judgements
         kept_t.flags.writeable = kept_y.flags.writeable = False
-        return cls(
-            final_loss=final_loss, latest=latest, t_hat=kept_t, loss=kept_y, schedule=schedule, tau=tau,
-            tpp=tpp,
+        made = cls(
+            final_loss=final_loss, latest=latest, t_hat=tuple(kept_t.tolist()), loss=tuple(kept_y.tolist()),
+            schedule=schedule, tau=tau, tpp=tpp,
         )
+        object.__setattr__(made, "_arrays", (kept_t, kept_y))
+        return made
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``t_hat`` and ``loss`` as float arrays (made once per competitor)."""
+        if self._arrays is None:
+            t, y = np.array(self.t_hat, dtype=float), np.array(self.loss, dtype=float)
+            t.flags.writeable = y.flags.writeable = False
+            object.__setattr__(self, "_arrays", (t, y))
+        assert self._arrays is not None
+        return self._arrays
 
 
 @dataclass(frozen=True)
@@ -554,7 +568,7 @@ def _paired(
         bar = math.nan
         how = "unpaired"
         if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None:
-            ct, cy = np.asarray(c.t_hat, dtype=float), np.asarray(c.loss, dtype=float)
+            ct, cy = c.arrays()
             earlier = ct[ct <= fraction + 1e-9]
             if earlier.size and earlier.max() >= settings.min_fraction:
                 f = float(earlier.max())

@@ -285,6 +285,7 @@ class Judge:
             raise InputError(f"'judge_every' must be a fraction of training in [0, 1), got {judge_every!r}")
         self.settings = settings
         self.judge_every = float(judge_every)
+        self._complete: dict[int | str, tuple[tuple[Any, ...], Competitor]] = {}  # see _finished
 
     # ------------------------------------------------------------------ the steps
     def recall(self, trial: TrialView) -> DecisionEntry | None:
@@ -331,6 +332,8 @@ class Judge:
             c = o.controls
             if c is None or o.problem is not None:
                 out.append(Competitor(final_loss=final, latest=latest))
+            elif o.state == "complete":
+                out.append(self._finished(o, final, c))
             else:
                 out.append(Competitor.from_reports(
                     o.t_hat, o.loss, final_loss=final, latest=latest, schedule=c.schedule, tau=c.tau,
@@ -338,6 +341,20 @@ class Judge:
                 ))
             numbers.append(o.number)
         return out, numbers
+
+    def _finished(self, o: TrialView, final: float, c: TrialControls) -> Competitor:
+        """A completed trial as a competitor, built once: its curve no longer changes, so later judgements
+        reuse it (checked on its length, end points, final loss and controls)."""
+        n = len(o.t_hat)
+        key = (n, final, c, float(o.t_hat[0]), float(o.t_hat[-1]), float(o.loss[0]), float(o.loss[-1])) \
+            if n else (0, final, c)
+        cached = self._complete.get(o.number)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        made = Competitor.from_reports(o.t_hat, o.loss, final_loss=final, schedule=c.schedule, tau=c.tau,
+                                       tpp=c.tpp)
+        self._complete[o.number] = (key, made)
+        return made
 
     def is_judgement(self, decision: Decision) -> bool:
         """Whether a decision is a judgement (logged): a prune, or a decision from ``min_fraction`` on."""

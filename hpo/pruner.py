@@ -214,6 +214,7 @@ class CollapsePruner(BasePruner):
         self._recorded_label: str | None = None
         # What this process knows of each running trial it judged, by (storage, trial id): see ``prune``.
         self._known: dict[tuple[int, int], _Known] = {}
+        self._finished: dict[tuple[int, int], tuple[tuple[Any, ...], TrialView]] = {}  # _other_view
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -298,7 +299,7 @@ class CollapsePruner(BasePruner):
                 return surrogate, label
 
         def others() -> list[TrialView]:
-            return [self._view(t) for t in (trials or study.get_trials(deepcopy=False))]
+            return [self._other_view(id(storage), t) for t in (trials or study.get_trials(deepcopy=False))]
 
         verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
@@ -326,6 +327,20 @@ class CollapsePruner(BasePruner):
                     emit(w)
 
     # ------------------------------------------------------------------ internals
+    def _other_view(self, storage_id: int, t: FrozenTrial) -> TrialView:
+        """``_view`` of another trial; a finished trial's view is built once (Optuna does not change a
+        finished trial), so a judgement late in a sweep does not sort every completed curve again."""
+        if not t.state.is_finished():
+            return self._view(t)
+        key = (storage_id, _trial_id_of(t))
+        check = (t.state, len(t.intermediate_values), t.value)
+        hit = self._finished.get(key)
+        if hit is not None and hit[0] == check:
+            return hit[1]
+        view = self._view(t)
+        self._finished[key] = (check, view)
+        return view
+
     def _view(self, t: FrozenTrial) -> TrialView:
         """The judge's view of a stored trial (controls from its user attrs, else this pruner's defaults)."""
         steps, values = trial_points(t)
@@ -507,6 +522,11 @@ def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int
     storage. ``tests/test_private_apis.py`` fails loudly when Optuna renames either attribute.
     """
     return study._storage, trial._trial_id
+
+
+def _trial_id_of(trial: FrozenTrial) -> int:
+    """A stored trial's storage id (private Optuna API, as ``_storage_of``; same test)."""
+    return trial._trial_id
 
 
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:

@@ -19,6 +19,9 @@ adapters (judge_every 0.02, min_fraction 0.1, paired comparison).
 
 Printed (and written as a markdown table to ``--out``):
 
+Wall-clock figures, and the CPU time of this process for the same calls (``time.process_time``: fairer on a
+machine that other jobs load, but blind to waits on the disk).
+
 - scheduler: mean and p50/p99/max ms per ``on_trial_result``; the same split into results that were a
   judgement (a decision entry was logged) and the others; the judge's own time at judgements; the state
   files' size at the end and the bytes written per result (from /proc/self/io when readable).
@@ -180,6 +183,7 @@ def bench_scheduler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     pruned = 0
     every, judgements, between, early, late = Series(), Series(), Series(), Series(), Series()
     judge_ms = Series()
+    cpu_every, cpu_between, cpu_judgements = Series(), Series(), Series()
     io0 = _io_written()
     start = time.perf_counter()
     for trial in schedule_reports(args.trials, args.concurrent, lambda i: i not in ended):
@@ -190,11 +194,13 @@ def bench_scheduler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                   "training_iteration": i + 1}
         judged[0] = False
         before = judge_timer.seconds
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         action = s.on_trial_result(None, stub, result)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         every.add(dt)
+        cpu_every.add(cpu)
         (judgements if judged[0] else between).add(dt)
+        (cpu_judgements if judged[0] else cpu_between).add(cpu)
         if judged[0]:
             judge_ms.add(judge_timer.seconds - before)
         if i < args.reports // 10:
@@ -214,6 +220,8 @@ def bench_scheduler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "results": len(every.ms), "pruned": pruned, "wall_s": wall, "every": every.stats(),
         "judgement": judgements.stats(), "between": between.stats(), "judge": judge_ms.stats(),
+        "cpu_every": cpu_every.stats(), "cpu_between": cpu_between.stats(),
+        "cpu_judgement": cpu_judgements.stats(),
         "early": early.stats(), "late": late.stats(), "state_bytes": _dir_bytes(folder),
         "written_per_result": None if written is None else written / max(1, len(every.ms)),
     }
@@ -246,6 +254,7 @@ def bench_pruner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     between, between_storage, between_own = Series(), Series(), Series()
     judgement, judgement_storage, judgement_own, judge_ms = Series(), Series(), Series(), Series()
     early, late = Series(), Series()
+    cpu_between, cpu_judgement = Series(), Series()
     start = time.perf_counter()
     for trial in schedule_reports(args.trials, args.concurrent, lambda i: i not in ended):
         i = nxt[trial]
@@ -258,9 +267,10 @@ def bench_pruner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         report.add(time.perf_counter() - t0)
         judged[0] = False
         s0, j0 = storage_timer.seconds, judge_timer.seconds
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         prune = t.should_prune()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        (cpu_judgement if judged[0] else cpu_between).add(cpu)
         in_storage = storage_timer.seconds - s0
         if judged[0]:
             judgement.add(dt)
@@ -290,7 +300,8 @@ def bench_pruner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "between_own": between_own.stats(), "judgement": judgement.stats(),
         "judgement_storage": judgement_storage.stats(), "judgement_own": judgement_own.stats(),
         "judge": judge_ms.stats(),
-        "early": early.stats(), "late": late.stats(),
+        "early": early.stats(), "late": late.stats(), "cpu_between": cpu_between.stats(),
+        "cpu_judgement": cpu_judgement.stats(),
     }
 
 
@@ -329,6 +340,9 @@ def table(args: argparse.Namespace, sched: dict[str, Any] | None, prun: dict[str
             _row("on_trial_result, between judgements", sched["between"]),
             _row("on_trial_result, judgements", sched["judgement"]),
             _row("judge only, at judgements", sched["judge"]),
+            _row("on_trial_result, every result: CPU time", sched["cpu_every"]),
+            _row("on_trial_result, between judgements: CPU time", sched["cpu_between"]),
+            _row("on_trial_result, judgements: CPU time", sched["cpu_judgement"]),
             _row("on_trial_result, first 10% of each curve", sched["early"]),
             _row("on_trial_result, last 10% of each curve", sched["late"]),
             "",
@@ -353,6 +367,8 @@ def table(args: argparse.Namespace, sched: dict[str, Any] | None, prun: dict[str
             _row("  of which storage calls", prun["judgement_storage"]),
             _row("  of which the pruner's own work (judge included)", prun["judgement_own"]),
             _row("judge call, at judgements (its study reads included)", prun["judge"]),
+            _row("should_prune, between judgements: CPU time", prun["cpu_between"]),
+            _row("should_prune, judgements: CPU time", prun["cpu_judgement"]),
             _row("should_prune between judgements, first 10% of each curve", prun["early"]),
             _row("should_prune between judgements, last 10% of each curve", prun["late"]),
             "",

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -142,6 +142,9 @@ class Competitor:
     schedule: Schedule | None = None
     tau: float | None = None
     tpp: float | None = None
+    _arrays: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def from_reports(
@@ -159,10 +162,23 @@ class Competitor:
         t = np.asarray(t_hat, dtype=float).ravel()
         y = np.asarray(loss, dtype=float).ravel()
         ok = np.isfinite(t) & np.isfinite(y) & (y > 0) & (t <= T_HAT_END)
-        return cls(
-            final_loss=final_loss, latest=latest, t_hat=tuple(t[ok].tolist()), loss=tuple(y[ok].tolist()),
+        kept_t, kept_y = t[ok], y[ok]  # new arrays (boolean indexing copies), read-only: shared by judgements
+        kept_t.flags.writeable = kept_y.flags.writeable = False
+        made = cls(
+            final_loss=final_loss, latest=latest, t_hat=tuple(kept_t.tolist()), loss=tuple(kept_y.tolist()),
             schedule=schedule, tau=tau, tpp=tpp,
         )
+        object.__setattr__(made, "_arrays", (kept_t, kept_y))
+        return made
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``t_hat`` and ``loss`` as float arrays (made once per competitor)."""
+        if self._arrays is None:
+            t, y = np.array(self.t_hat, dtype=float), np.array(self.loss, dtype=float)
+            t.flags.writeable = y.flags.writeable = False
+            object.__setattr__(self, "_arrays", (t, y))
+        assert self._arrays is not None
+        return self._arrays
 
 
 @dataclass(frozen=True)
@@ -243,7 +259,7 @@ def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.nda
     reports (hpo/judge.py uses it too)."""
     bad_t = ~np.isfinite(t) | (t < 0)
     if bad_t.any():
-        notes.append(f"{int(bad_t.sum())} report(s) with an invalid t_hat ignored")
+        notes.append(invalid_note(int(bad_t.sum())))
         t, y = t[~bad_t], y[~bad_t]
     if t.size == 0:
         return t, y
@@ -251,14 +267,38 @@ def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.nda
     t, y = t[order], y[order]
     dup = np.concatenate([[False], np.diff(t) == 0])
     if dup.any():
-        notes.append(f"{int(dup.sum())} repeated report(s) at the same t_hat ignored (first kept)")
+        notes.append(repeat_note(int(dup.sum())))
         t, y = t[~dup], y[~dup]
     return t, y
 
 
+def invalid_note(count: int) -> str:
+    """The note for ``count`` reports with an invalid t̂ (NaN, inf or negative)."""
+    return f"{count} report(s) with an invalid t_hat ignored"
+
+
+def repeat_note(count: int) -> str:
+    """The note for ``count`` reports at a t̂ reported before (the first is kept)."""
+    return f"{count} repeated report(s) at the same t_hat ignored (first kept)"
+
+
 def past_end_note(t: np.ndarray, past: np.ndarray) -> str:
     """The note for reports past t̂ = 1 (``past`` marks them in ``t``)."""
-    return f"{int(past.sum())} report(s) past t_hat=1 (up to {t.max():.4g}) ignored: check total_tokens"
+    return past_note(int(past.sum()), float(t.max()))
+
+
+def past_note(count: int, largest: float) -> str:
+    """The note for ``count`` reports past t̂ = 1, the largest t̂ reported being ``largest``."""
+    return f"{count} report(s) past t_hat=1 (up to {largest:.4g}) ignored: check total_tokens"
+
+
+def not_judged_yet(fraction: float, settings: PruneSettings, notes: Sequence[str] = ()) -> Decision:
+    """The decision for a trial whose latest valid report is at t̂ = ``fraction`` < ``min_fraction`` (what
+    ``decide`` returns then; the judge builds it from its report summary without the curve). The reason does
+    not repeat t̂, so it stays the same from report to report (an adapter writes it once)."""
+    kept = list(notes)
+    reason = _join(f"t_hat < min_fraction={settings.min_fraction:g}: not judged yet", kept)
+    return Decision(False, reason, fraction, notes=tuple(kept))
 
 
 def decide(
@@ -344,11 +384,7 @@ def _decide(
     fraction = float(min(t[-1], 1.0))
 
     if fraction < settings.min_fraction:
-        return Decision(
-            False,
-            _join(f"t_hat={fraction:.4g} < min_fraction={settings.min_fraction:g}: not judged yet", notes),
-            fraction,
-        )
+        return not_judged_yet(fraction, settings, notes)
     paired = settings.comparison == "paired"
     if surrogate is None and not paired:
         return Decision(False, _join("no reference surrogate: cannot predict, kept", notes), fraction)
@@ -532,7 +568,7 @@ def _paired(
         bar = math.nan
         how = "unpaired"
         if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None:
-            ct, cy = np.asarray(c.t_hat, dtype=float), np.asarray(c.loss, dtype=float)
+            ct, cy = c.arrays()
             earlier = ct[ct <= fraction + 1e-9]
             if earlier.size and earlier.max() >= settings.min_fraction:
                 f = float(earlier.max())

@@ -45,7 +45,11 @@ from collapse_hpo.hpo.decision import (
     Decision,
     PruneSettings,
     decide,
+    invalid_note,
+    not_judged_yet,
     past_end_note,
+    past_note,
+    repeat_note,
     sort_reports,
 )
 from collapse_hpo.hpo.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
@@ -59,6 +63,8 @@ STATES = ("running", "complete", "pruned", "other")
 PAST_END_WARNING = "progress_past_total"
 UNJUDGEABLE_WARNING = "trial_never_judged"
 STARTUP_WARNING = "tpe_startup"
+#: ``Judge._early``'s answer when a judgement is due.
+_DUE = object()
 _TPP_UNKNOWN = (
     "tpp not defined, and the reference surrogate's q depends on TPP: give the trial's tpp "
     "(set_trial_controls, or tpp=... to the pruner or scheduler), or use a reference calibrated on runs "
@@ -127,17 +133,23 @@ class TrialView:
         final_loss: the final loss of a complete trial (None otherwise).
         log: the trial's decision log so far (oldest first).
         problem: why the trial cannot be judged (malformed controls, no total_tokens); None when it can.
+        reports: the reports cleaned (``clean_reports(t_hat, loss)``), when the adapter keeps them up to date
+            (``ReportSummary``): the judge then reads the curve only at a judgement, so a report between two
+            judgements costs the same at any curve length. None: the judge cleans ``t_hat``/``loss`` itself.
+
+    The sequences are read, never changed or kept: an adapter may pass its own growing lists (no copy).
     """
 
     number: int | str
     state: str
-    steps: tuple[int, ...] | np.ndarray
-    t_hat: tuple[float, ...] | np.ndarray
-    loss: tuple[float, ...] | np.ndarray
+    steps: Sequence[float] | np.ndarray
+    t_hat: Sequence[float] | np.ndarray
+    loss: Sequence[float] | np.ndarray
     controls: TrialControls | None = None
     final_loss: float | None = None
-    log: tuple[DecisionEntry, ...] | list[DecisionEntry] = field(default_factory=tuple)
+    log: Sequence[DecisionEntry] = field(default_factory=tuple)
     problem: str | None = None
+    reports: Reports | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,60 @@ def clean_reports(t_hat: Sequence[float] | np.ndarray, loss: Sequence[float] | n
     return Reports(float(min(t[-1], 1.0)), False, tuple(notes))
 
 
+class ReportSummary:
+    """``clean_reports`` of a trial's reports, kept up to date one report at a time (O(1) per report).
+
+    Feed the reports in the order of the sequences the judge would clean (``add``); ``reports()`` then equals
+    ``clean_reports(t_hat, loss)`` of all of them. Memory: the set of t̂ seen (to find repeats).
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[float] = set()
+        self._invalid = 0
+        self._repeated = 0
+        self._past = 0
+        self._largest = -math.inf  # largest kept t̂ (past the end included)
+        self._latest = math.nan  # largest kept t̂ ≤ T_HAT_END
+        self._diverged = False
+        self.count = 0  # reports added
+
+    def add(self, t_hat: float, loss: float) -> None:
+        """Take one more report (t̂, loss)."""
+        self.count += 1
+        t, y = float(t_hat), float(loss)
+        if not math.isfinite(t) or t < 0:
+            self._invalid += 1
+            return
+        if t in self._seen:
+            self._repeated += 1
+            return
+        self._seen.add(t)
+        if not (math.isfinite(y) and y > 0):
+            self._diverged = True
+        self._largest = max(self._largest, t)
+        if t > T_HAT_END:
+            self._past += 1
+        elif not t <= self._latest:  # NaN at first
+            self._latest = t
+
+    def reports(self) -> Reports:
+        """What ``clean_reports`` gives for the reports added so far."""
+        notes: list[str] = []
+        if self._invalid:
+            notes.append(invalid_note(self._invalid))
+        if not self._seen:
+            return Reports(math.nan, False, tuple(notes))
+        if self._repeated:
+            notes.append(repeat_note(self._repeated))
+        if self._diverged:
+            return Reports(math.nan, True, tuple(notes))
+        if self._past:
+            notes.append(past_note(self._past, self._largest))
+            if math.isnan(self._latest):
+                return Reports(math.nan, False, tuple(notes))
+        return Reports(float(min(self._latest, 1.0)), False, tuple(notes))
+
+
 class Judge:
     """Judge trials with the collapse rule (``hpo.decision.decide``), backend-free.
 
@@ -221,6 +287,7 @@ class Judge:
             raise InputError(f"'judge_every' must be a fraction of training in [0, 1), got {judge_every!r}")
         self.settings = settings
         self.judge_every = float(judge_every)
+        self._complete: dict[int | str, tuple[tuple[Any, ...], Competitor]] = {}  # see _finished
 
     # ------------------------------------------------------------------ the steps
     def recall(self, trial: TrialView) -> DecisionEntry | None:
@@ -267,6 +334,8 @@ class Judge:
             c = o.controls
             if c is None or o.problem is not None:
                 out.append(Competitor(final_loss=final, latest=latest))
+            elif o.state == "complete":
+                out.append(self._finished(o, final, c))
             else:
                 out.append(Competitor.from_reports(
                     o.t_hat, o.loss, final_loss=final, latest=latest, schedule=c.schedule, tau=c.tau,
@@ -274,6 +343,20 @@ class Judge:
                 ))
             numbers.append(o.number)
         return out, numbers
+
+    def _finished(self, o: TrialView, final: float, c: TrialControls) -> Competitor:
+        """A completed trial as a competitor, built once: its curve no longer changes, so later judgements
+        reuse it (checked on its length, end points, final loss and controls)."""
+        n = len(o.t_hat)
+        key = (n, final, c, float(o.t_hat[0]), float(o.t_hat[-1]), float(o.loss[0]), float(o.loss[-1])) \
+            if n else (0, final, c)
+        cached = self._complete.get(o.number)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        made = Competitor.from_reports(o.t_hat, o.loss, final_loss=final, schedule=c.schedule, tau=c.tau,
+                                       tpp=c.tpp)
+        self._complete[o.number] = (key, made)
+        return made
 
     def is_judgement(self, decision: Decision) -> bool:
         """Whether a decision is a judgement (logged): a prune, or a decision from ``min_fraction`` on."""
@@ -289,17 +372,39 @@ class Judge:
         an adapter fetches the study only then. The verdict's ``entry`` is the one decision entry to append
         to the trial's log; the adapters write it where their backend keeps state.
         """
-        recalled = self.recall(trial)
-        if recalled is not None:
-            return Verdict(recalled.prune, recalled=recalled, reason=recalled.reason)
+        quick = self.quick(trial)
+        if quick is not None:
+            return quick
         found = self.warnings_of(trial)
-        decision, label, source = self._decide(trial, others, reference)
-        if decision is not None and decision.reason == _TPP_UNKNOWN:
+        decision, label, source = self._judgement(trial, others, reference)
+        if decision.reason == _TPP_UNKNOWN:
             found += (JudgeWarning(UNJUDGEABLE_WARNING, (
                 f"trial {trial.number} can never be judged: its tpp is not defined and the reference "
                 "surrogate's q depends on TPP (give tpp=... to the pruner or scheduler, or "
                 "set_trial_controls; or use a reference calibrated on runs without a tpp, whose q is a "
                 "constant); pruning is off for such trials"), trial.number),)
+        return self._verdict(trial, decision, label, source, found)
+
+    def quick(self, trial: TrialView) -> Verdict | None:
+        """The verdict when it needs neither the other trials nor the reference: answered from the log, not
+        judged yet (before ``min_fraction``), between two judgements, diverged, or a trial that cannot be
+        judged. None when a judgement is due (``judge`` then reads the others and the reference).
+
+        With the view's ``reports`` given, this reads only the latest report and the log, so it costs the same
+        at any curve length; an adapter may call it first and fetch a fresh view only when it returns None.
+        """
+        recalled = self.recall(trial)
+        if recalled is not None:
+            return Verdict(recalled.prune, recalled=recalled, reason=recalled.reason)
+        early = self._early(trial)
+        if early is _DUE:
+            return None
+        return self._verdict(trial, early, None, None, self.warnings_of(trial))  # type: ignore[arg-type]
+
+    def _verdict(
+        self, trial: TrialView, decision: Decision | None, label: str | None, source: int | str | None,
+        found: tuple[JudgeWarning, ...],
+    ) -> Verdict:
         if decision is None:  # between two judgements (judge_every): the last answer stands
             return Verdict(False, warnings=found)
         if not self.is_judgement(decision):
@@ -337,38 +442,53 @@ class Judge:
                 ), trial.number))
         return tuple(found)
 
-    def _decide(
-        self, trial: TrialView, others: OthersFn, reference: ReferenceFn
-    ) -> tuple[Decision | None, str | None, int | str | None]:
-        """The decision now (None when none is due), the reference label and the threshold's trial."""
+    def _early(self, trial: TrialView) -> Decision | object | None:
+        """The decision when no judgement is due (None between two judgements with nothing to say), else
+        ``_DUE``."""
         if trial.problem is not None or trial.controls is None:
-            return Decision(False, f"{trial.problem or 'controls unknown'}: kept", math.nan), None, None
-        controls = trial.controls
+            return Decision(False, f"{trial.problem or 'controls unknown'}: kept", math.nan)
         s = self.settings
-        common = {"schedule": controls.schedule, "tau": controls.tau, "tpp": controls.tpp, "settings": s}
-        reports = clean_reports(trial.t_hat, trial.loss)
-        if reports.diverged or not math.isfinite(reports.fraction) or reports.fraction < s.min_fraction:
-            # Nothing to predict: decide's own checks (divergence, "not judged yet") give the answer.
-            d = decide(trial.t_hat, trial.loss, surrogate=None, competitors=(), **common)
-            return d, None, None
+        reports = self._reports(trial)
+        if not reports.diverged and reports.fraction < s.min_fraction:
+            return not_judged_yet(reports.fraction, s, reports.notes)  # what decide would answer
+        if reports.diverged or not math.isfinite(reports.fraction):
+            # Nothing to predict: decide's own checks (divergence, nothing reported) give the answer.
+            c = trial.controls
+            return decide(trial.t_hat, trial.loss, surrogate=None, competitors=(), schedule=c.schedule,
+                          tau=c.tau, tpp=c.tpp, settings=s)
         last = trial.log[-1] if trial.log else None
         if last is not None and self._bucket(reports.fraction) <= self._bucket(last.t_hat):
             if not reports.notes:
-                return None, None, None
+                return None
             # Not due, but something in the reports was ignored: say so (prune_reason only, no log entry).
             why = (
                 f"not judged again until the next judge_every={self.judge_every:g} of training "
                 f"({'; '.join(reports.notes)}); last decision: {last.reason}"
             )
-            return Decision(False, why, math.nan), None, None
+            return Decision(False, why, math.nan)
+        return _DUE
+
+    @staticmethod
+    def _reports(trial: TrialView) -> Reports:
+        return trial.reports if trial.reports is not None else clean_reports(trial.t_hat, trial.loss)
+
+    def _judgement(
+        self, trial: TrialView, others: OthersFn, reference: ReferenceFn
+    ) -> tuple[Decision, str | None, int | str | None]:
+        """A judgement that ``_early`` found due: the decision, the reference label, the threshold's trial."""
+        controls = trial.controls
+        assert controls is not None  # _early answered otherwise
+        s = self.settings
+        fraction = self._reports(trial).fraction
         surrogate, label = reference()
         if surrogate is None and s.comparison != "paired":
-            return Decision(False, f"no reference yet ({label}): kept", reports.fraction), None, None
+            return Decision(False, f"no reference yet ({label}): kept", fraction), None, None
         # Without a surrogate the paired rule still compares trials with equal controls (their loss ratio).
         if surrogate is not None and controls.tpp is None and surrogate.tpp_law != "constant":
-            return Decision(False, _TPP_UNKNOWN, reports.fraction), label, None
+            return Decision(False, _TPP_UNKNOWN, fraction), label, None
         competitors, numbers = self.competitors(trial, others())
-        d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors, **common)
+        d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors,
+                   schedule=controls.schedule, tau=controls.tau, tpp=controls.tpp, settings=s)
         source = None if d.threshold_index is None else numbers[d.threshold_index]
         return d, label, source
 

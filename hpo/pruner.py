@@ -7,8 +7,11 @@ study's stored trials, asks the judge, and writes the judge's decision entry to 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -22,6 +25,7 @@ from collapse_hpo.hpo.judge import (
     WARNINGS_ATTR,
     Judge,
     JudgeWarning,
+    ReportSummary,
     TrialView,
     Verdict,
     add_warning,
@@ -83,6 +87,15 @@ class CollapsePruner(BasePruner):
     is the stored one (steps ≤ ``step``). Judgements happen at most once per ``judge_every`` of
     training. Who competes, when a judgement is due and what an entry holds are the judge's
     (hpo/judge.py), the same for the Ray ``CollapseScheduler``.
+
+    Cost per call: a judgement reads the stored trial and the study (the other trials' curves), as the
+    decision needs. Between judgements, ``should_prune()`` reads nothing from the storage: it takes the new
+    reports from the trial Optuna hands it, adds them to what this process knows of the trial since its
+    last judgement (the attrs read then plus its own writes, the sorted curve, a summary of the cleaned
+    reports) and answers "not due" in a time independent of the curve's length and of the number of trials;
+    it writes only a changed ``prune_reason``. This assumes the trial's reports and judgements come from the
+    process that calls ``should_prune`` for it (Optuna's own model: one worker runs a trial); the stored
+    trial is read again at every judgement, so decisions are always made on the stored state.
 
     Robustness: NaN/inf/non-positive losses prune with the reason; reports past t̂ = 1 are ignored
     (said in the reason); repeated steps are ignored by Optuna (first value kept); reports that arrive
@@ -200,6 +213,9 @@ class CollapsePruner(BasePruner):
         self._lock = threading.Lock()
         self._warned: set[str] = set()  # warning keys said by this process (the study records them all)
         self._recorded_label: str | None = None
+        # What this process knows of each running trial it judged, by (storage, trial id): see ``prune``.
+        self._known: dict[tuple[int, int], _Known] = {}
+        self._finished: dict[tuple[int, int], tuple[tuple[Any, ...], TrialView]] = {}  # _other_view
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -255,9 +271,23 @@ class CollapsePruner(BasePruner):
                 "CollapsePruner: the study must minimize the loss (create_study(direction='minimize'))"
             )
         storage, trial_id = _storage_of(study, trial)
-        stored = storage.get_trial(trial_id)
+        key = (id(storage), trial_id)
+        known = self._known.get(key) if trial.state == TrialState.RUNNING else None
+        if known is not None:
+            # Between judgements: the reports from the trial handed in, the attrs as this process knows them
+            # (read at the last judgement, plus its own writes); no storage read.
+            view = known.view(trial, self._defaults)
+            if len(view.steps) == 0:
+                return False
+            quick = self._judge.quick(view)
+            if quick is not None and quick.entry is None:
+                self._write(_Recording(storage, known.stored.user_attrs), trial_id, known.stored, quick)
+                self._warn(study, quick.warnings)
+                return quick.prune
+        stored = storage.get_trial(trial_id)  # a judgement (or the first call): the stored trial, as it is
         view = self._view(stored)
         if len(view.steps) == 0:
+            self._known.pop(key, None)
             return False
         trials: list[FrozenTrial] | None = None
 
@@ -270,11 +300,18 @@ class CollapsePruner(BasePruner):
                 return surrogate, label
 
         def others() -> list[TrialView]:
-            return [self._view(t) for t in (trials or study.get_trials(deepcopy=False))]
+            return [self._other_view(id(storage), t) for t in (trials or study.get_trials(deepcopy=False))]
 
         verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
-            self._write(storage, trial_id, stored, verdict)
+            written: dict[str, Any] = {}
+            self._write(_Recording(storage, written), trial_id, stored, verdict)
+            if verdict.prune:
+                self._known.pop(key, None)
+            else:
+                self._known[key] = _Known(stored, written, self._defaults)
+        else:
+            self._known.pop(key, None)
         self._warn(study, verdict.warnings)
         return verdict.prune
 
@@ -291,6 +328,20 @@ class CollapsePruner(BasePruner):
                     emit(w)
 
     # ------------------------------------------------------------------ internals
+    def _other_view(self, storage_id: int, t: FrozenTrial) -> TrialView:
+        """``_view`` of another trial; a finished trial's view is built once (Optuna does not change a
+        finished trial), so a judgement late in a sweep does not sort every completed curve again."""
+        if not t.state.is_finished():
+            return self._view(t)
+        key = (storage_id, _trial_id_of(t))
+        check = (t.state, len(t.intermediate_values), t.value)
+        hit = self._finished.get(key)
+        if hit is not None and hit[0] == check:
+            return hit[1]
+        view = self._view(t)
+        self._finished[key] = (check, view)
+        return view
+
     def _view(self, t: FrozenTrial) -> TrialView:
         """The judge's view of a stored trial (controls from its user attrs, else this pruner's defaults)."""
         steps, values = trial_points(t)
@@ -363,6 +414,106 @@ class CollapsePruner(BasePruner):
         storage.set_trial_intermediate_value(trial_id, point[0], point[1])
 
 
+class _Recording:
+    """A storage stand-in for ``CollapsePruner._write`` that passes writes on and records the user attrs
+    written (``written``), so that the pruner knows the trial's attrs without reading them back."""
+
+    def __init__(self, storage: Any, written: dict[str, Any]) -> None:
+        self._storage, self._written = storage, written
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._storage.set_trial_user_attr(trial_id, key, value)
+        self._written[key] = value
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, value: float) -> None:
+        self._storage.set_trial_intermediate_value(trial_id, step, value)
+
+
+class _Known:
+    """What the pruner knows of one running trial between two judgements, so that a ``should_prune()`` that
+    is not a judgement costs the same at any curve length and reads nothing from the storage.
+
+    Built from the stored trial read at a judgement (its user attrs plus the attrs the pruner wrote then);
+    each later call adds the reports the handed-in trial gained (Optuna's ``Trial`` keeps its reports up to
+    date in the ``FrozenTrial`` it hands to the pruner) to the sorted curve and the cleaned-report summary;
+    ``stored`` stands for the stored trial in the pruner's writes (its ``user_attrs`` follow them). The
+    reports come from the process that runs the trial, the one that calls ``should_prune`` for it; at the
+    next judgement the stored trial is read again, so every decision is made on the stored state.
+    """
+
+    def __init__(self, stored: FrozenTrial, written: Mapping[str, Any], defaults: TrialControls) -> None:
+        attrs = {**stored.user_attrs, **written}
+        self.number = stored.number
+        self.stored = SimpleNamespace(user_attrs=attrs, number=stored.number)
+        self.log = read_log(attrs)
+        self._skip = attrs.get(SAMPLER_STEP_ATTR)
+        self._controls_from(attrs, {}, defaults)
+        self._reset(stored.intermediate_values)
+
+    def _controls_from(
+        self, attrs: Mapping[str, Any], given: Mapping[str, Any], defaults: TrialControls
+    ) -> None:
+        """The controls as ``CollapsePruner._view`` reads them (``given``: control attrs of the trial handed
+        in, over the known ``attrs``)."""
+        self._key = tuple(given.get(k, attrs.get(k)) for k in CONTROL_ATTRS)
+        self.controls: TrialControls | None = None
+        self.problem: str | None = None
+        try:
+            self.controls = defaults.merged({**attrs, **given}, f"trial {self.number} user attrs")
+        except InputError as err:
+            self.problem = str(err)
+        if self.controls is not None and self.controls.total_tokens is None:
+            self.problem = ("total_tokens unknown: call set_trial_controls(trial, total_tokens=...) or give "
+                            "CollapsePruner(total_tokens=...)")
+        self._total = self.controls.total_tokens if self.problem is None and self.controls else None
+
+    def _reset(self, values: Mapping[int, float]) -> None:
+        self.seen: set[int] = set()
+        self.steps: list[float] = []
+        self.t_hat: list[float] = []
+        self.values: list[float] = []
+        self.summary = ReportSummary()
+        self._absorb(values.items())
+
+    def _absorb(self, items: Any) -> None:
+        """Add reports (step, value); the curve stays sorted by step, as ``trial_points`` sorts it."""
+        for s, v in items:
+            step = int(s)
+            if step == self._skip:
+                continue
+            self.seen.add(step)
+            x, y = float(step), float(v)
+            t = x / self._total if self._total is not None else x
+            if not self.steps or x > self.steps[-1]:
+                self.steps.append(x)
+                self.t_hat.append(t)
+                self.values.append(y)
+            else:  # out of order (rare): inserted at its place, O(curve)
+                i = bisect.bisect(self.steps, x)
+                self.steps.insert(i, x)
+                self.t_hat.insert(i, t)
+                self.values.insert(i, y)
+            self.summary.add(t, y)
+
+    def view(self, trial: FrozenTrial, defaults: TrialControls) -> TrialView:
+        """The judge's view with the reports ``trial`` holds (O(reports added since the last call))."""
+        attrs = self.stored.user_attrs
+        given = {k: trial.user_attrs[k] for k in CONTROL_ATTRS if k in trial.user_attrs}
+        values = trial.intermediate_values
+        if tuple(given.get(k, attrs.get(k)) for k in CONTROL_ATTRS) != self._key:
+            self._controls_from(attrs, given, defaults)
+            self._reset(values)
+        else:
+            new = len(values) - len(self.seen) - (1 if self._skip in values else 0)
+            fresh = list(itertools.islice(reversed(values.items()), new))[::-1] if new > 0 else []
+            if new < 0 or any(int(s) in self.seen or int(s) == self._skip for s, _ in fresh):
+                self._reset(values)  # a trial from elsewhere, its reports in another order: read it whole
+            else:
+                self._absorb(fresh)
+        return TrialView(self.number, "running", self.steps, self.t_hat, self.values, self.controls, None,
+                         self.log, problem=self.problem, reports=self.summary.reports())
+
+
 def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int]:
     """The study's storage and the trial's storage id.
 
@@ -372,6 +523,11 @@ def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int
     storage. ``tests/test_private_apis.py`` fails loudly when Optuna renames either attribute.
     """
     return study._storage, trial._trial_id
+
+
+def _trial_id_of(trial: FrozenTrial) -> int:
+    """A stored trial's storage id (private Optuna API, as ``_storage_of``; same test)."""
+    return trial._trial_id
 
 
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:

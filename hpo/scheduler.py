@@ -19,14 +19,25 @@ also name a key of the result or of the trial config that holds each trial's tok
 
 State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles the scheduler as it was
 before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
-in a JSON file in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``), rewritten
-atomically (temp file + ``os.replace``) after every result it processes and before it answers Tune (also into
-Tune's driver staging copy of that directory, which Tune syncs over the experiment directory). A
-restored run reloads it: a trial pruned before the interruption is stopped again at once, completed trials
-keep counting as competitors, and replayed results (a trial restarted from its checkpoint or from scratch
-re-reports t̂ it already reported) are answered from the record instead of being judged again, so the
-decisions after a restore are the ones the uninterrupted run would have made. Only trials that Tune adds
-in this session count as competitors, so a fresh run in an old experiment directory ignores stale trials.
+in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``) as a snapshot plus an
+append-only journal beside it (``collapse_scheduler_state.journal.json``; format, durability and compaction:
+hpo/scheduler_state.py). Each result appends one journal line (the report and the decision it caused)
+before Tune is answered, so a result costs the same at any curve length and number of trials; the snapshot
+is rewritten only when the journal has outgrown it, at ``save`` and when a scheduler loads the state. Read it
+with ``CollapseScheduler.load_state`` (the snapshot alone is not the whole state). On a local filesystem the
+state lives at the storage path, and the copies Tune's restore puts into its driver staging directory are
+removed, so Tune's sync of that directory cannot overwrite it; on a remote one it is written into the staging
+directory, which Tune syncs up. A restored run reloads it: a trial pruned before the interruption is stopped
+again at once, completed trials keep counting as competitors, and replayed results (a trial restarted from
+its checkpoint or from scratch re-reports t̂ it already reported) are answered from the record instead of
+being judged again, so the decisions after a restore are the ones the uninterrupted run would have made.
+Only trials that Tune adds in this session count as competitors, so a fresh run in an old experiment
+directory ignores stale trials.
+
+Cost per result. Between two judgements (``judge_every``) a result appends its point to the record, to a
+per-trial cache of what the judge reads (steps, parsed log, controls, an incremental summary of the cleaned
+reports: ``judge.ReportSummary``) and one journal line; nothing is re-read, re-sorted or re-serialized. A
+judgement reads the other trials' curves (arrays grown in place, no conversion) and runs the rule.
 
 Outcome in the results. Tune shows a pruned trial as TERMINATED, like any stopped trial. Ray Tune has no
 hook for a scheduler to change a result before it is recorded (``on_trial_result`` gets a flattened copy), so
@@ -35,8 +46,8 @@ and ``collapse_reason`` (one line) to the trial's last result, ``Trial.last_resu
 prints that result's table ("... completed after N iterations") and saves it with the experiment state, so
 ``ResultGrid``'s ``Result.metrics`` has both keys, also after ``Tuner.restore``. The trial's result.json and
 progress.csv were written before, so ``ResultGrid.get_dataframe()`` and ``Result.metrics_dataframe`` do not.
-``CollapseScheduler.load_state(experiment_path)`` reads the whole state without a scheduler object (a restored
-``Tuner`` gives none).
+``CollapseScheduler.load_state(experiment_path)`` reads the whole state (snapshot and journal) without a
+scheduler object (a restored ``Tuner`` gives none); ``load_warnings`` its warnings.
 
 Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
 an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
@@ -54,19 +65,19 @@ sweep's own completed trials).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 
 from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.judge import Judge, JudgeWarning, TrialView, Verdict, add_warning, emit
+from collapse_hpo.hpo.judge import Judge, JudgeWarning, ReportSummary, TrialView, Verdict, add_warning, emit
 from collapse_hpo.hpo.record import (
     COMPLETE_T_HAT,
     DECISIONS_ATTR,
@@ -82,7 +93,22 @@ from collapse_hpo.hpo.record import (
     sampler_value,
 )
 from collapse_hpo.hpo.reference import OnlineReference, make_reference
-from collapse_hpo.hpo.urls import mask_url
+from collapse_hpo.hpo.scheduler_state import (
+    STATE_FILE,
+    STATE_FORMAT,
+    STATE_VERSION,
+    STATUSES,
+    T_HAT_STEPS,
+    SchedulerState,
+    StateNote,
+    StateWriter,
+    TrialRecord,
+    apply,
+    journal_path,
+    read_state,
+    step_of,
+    write_snapshot,
+)
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -91,64 +117,16 @@ if TYPE_CHECKING:
     import optuna
     from ray.tune.experiment import Trial
 
-STATE_FILE = "collapse_scheduler_state.json"
-STATE_FORMAT = "collapse-hpo-scheduler-state"
-STATE_VERSION = 2  # 2: ``log`` holds DecisionEntry dicts (1: [t̂, prune, prediction] lists; still read)
-#: Optuna steps per unit t̂ when the trainable reports t̂ but not tokens (the mirror's total_tokens then).
-T_HAT_STEPS = 1_000_000
-#: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
-STATUSES = ("running", "pruned", "complete", "stopped", "error")
+__all__ = [
+    "PRUNED_KEY", "REASON_KEY", "STATE_FILE", "STATE_FORMAT", "STATE_VERSION", "STATUSES", "T_HAT_STEPS",
+    "CollapseScheduler", "StateNote", "TrialRecord",
+]
 
 #: Keys this scheduler adds to each trial's last result (``ResultGrid``'s ``Result.metrics``, Tune's table).
 PRUNED_KEY = "collapse_pruned"
 REASON_KEY = "collapse_reason"
 
 ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
-
-
-@dataclass
-class TrialRecord:
-    """What the scheduler knows about one Tune trial (the JSON state holds one per trial).
-
-    Attributes:
-        trial_id: Ray Tune trial id (stable across ``Tuner.restore``).
-        status: one of STATUSES.
-        t_hat: training fractions of the accepted reports (strictly increasing).
-        loss: the metric at those fractions (NaN kept: it means divergence).
-        tokens: tokens seen at those reports (or None when only t̂ is known).
-        schedule, tau, tpp, total_tokens: the trial's controls (schedule as ``Schedule.to_dict()``).
-        decision: the latest decision's user attrs (``prune_reason`` always; ``error`` after a failure).
-        final_loss: the loss at the last report when the trial completed.
-        replayed: reports received again after a restore (t̂ not beyond the last accepted one).
-        log: every judgement, oldest first, as ``record.DecisionEntry`` dicts (the pruner's log entries).
-        optuna_trial_id: the mirrored Optuna trial (storage trial id), when mirroring.
-        config: the trial config, JSON-safe, for the mirror and for people reading the file.
-        searched: the config keys Tune's search drew (``Trial.evaluated_params``, "/"-joined); the other
-            keys are constants of the param space and are not mirrored as Optuna params. None: unknown.
-    """
-
-    trial_id: str
-    status: str = "running"
-    t_hat: list[float] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    tokens: list[float | None] = field(default_factory=list)
-    schedule: dict[str, Any] = field(default_factory=lambda: Schedule().to_dict())
-    tau: float | None = None
-    tpp: float | None = None
-    total_tokens: float | None = None
-    decision: dict[str, Any] | None = None
-    final_loss: float | None = None
-    replayed: int = 0
-    log: list[dict[str, Any]] = field(default_factory=list)
-    optuna_trial_id: int | None = None
-    optuna_number: int | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    searched: list[str] | None = None
-
-    def steps(self) -> list[int]:
-        """The reports' steps: tokens seen when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
-        return [round(k) if k is not None else round(t * T_HAT_STEPS)
-                for t, k in zip(self.t_hat, self.tokens)]
 
 
 class CollapseScheduler(FIFOScheduler):
@@ -174,7 +152,8 @@ class CollapseScheduler(FIFOScheduler):
         settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).
         judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
             0 = at every result).
-        state_path: where to keep the state JSON; default: ``collapse_scheduler_state.json`` in the experiment
+        state_path: where to keep the state's snapshot (its journal goes beside it, see
+            ``scheduler_state.journal_path``); default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
         storage, study_name: Optuna storage URL and study to mirror trials into (both or neither). The URL is
             checked here as ``collapse-hpo run`` checks a sweep's storage (preflight.py ``check_storage``):
@@ -275,23 +254,25 @@ class CollapseScheduler(FIFOScheduler):
             raise InputError(
                 "CollapseScheduler: an online reference needs storage and study_name (the mirror)"
             )
-        self._records: dict[str, TrialRecord] = {}
+        self._state = SchedulerState()  # records, warnings said (state key: collapse_warnings), seq
+        self._records: dict[str, TrialRecord] = self._state.records
+        self._writer: StateWriter | None = None  # keeps _state on disk (hpo/scheduler_state.py)
+        self._views: dict[str, _ViewCache] = {}
         self._active: set[str] = set()
         self._loaded_from: str | None = None
-        self._copies: list[str] = []
         self._study: optuna.study.Study | None = None
-        self._warnings: list[dict[str, Any]] = []  # said so far (state file key: collapse_warnings)
 
     # ------------------------------------------------------------------ pickling (Tune pickles the scheduler)
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_study"] = None  # a live storage connection does not pickle
         state["_reference"] = None  # references hold locks; rebuilt from the spec
-        state["_records"] = {}
+        state["_state"] = SchedulerState()
+        state["_records"] = state["_state"].records
+        state["_writer"] = None  # an open journal does not pickle; the state is read again on first use
+        state["_views"] = {}
         state["_active"] = set()
         state["_loaded_from"] = None
-        state["_copies"] = []
-        state["_warnings"] = []
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -337,12 +318,11 @@ class CollapseScheduler(FIFOScheduler):
             if trial.status in ("TERMINATED", "ERROR"):  # restored as finished, but not in the state file
                 rec.status = "stopped"
                 rec.decision = {"prune_reason": "finished before this scheduler kept state; outcome unknown"}
-            self._records[trial.trial_id] = rec
-            self._save()
+            self._change(["trial", trial.trial_id, asdict(rec)], durable=True)
         elif rec.status == "error":  # restored with resume/restart_errored: it runs again
-            rec.status = "running"
-            rec.optuna_trial_id = None  # its FAIL stays in the mirror; the rerun is a new Optuna trial
-            self._save()
+            # its FAIL stays in the mirror; the rerun is a new Optuna trial
+            self._set(rec, durable=True, status="running", optuna_trial_id=None)
+        self._commit()
         self._active.add(trial.trial_id)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
@@ -360,20 +340,20 @@ class CollapseScheduler(FIFOScheduler):
         t, y, tokens = point
         if rec.t_hat and t <= rec.t_hat[-1]:
             # A replay (restored trial re-reporting) or an out-of-order/repeated report: already judged.
-            rec.replayed += 1
+            self._set(rec, replayed=rec.replayed + 1)
+            self._commit()
             return TrialScheduler.CONTINUE
         if rec.status in ("stopped", "complete"):
-            rec.status = "running"  # resumed past where it had ended: a new mirrored Optuna trial
-            rec.optuna_trial_id = None
-        rec.t_hat.append(t)
-        rec.loss.append(y)
-        rec.tokens.append(tokens)
+            # resumed past where it had ended: a new mirrored Optuna trial
+            self._set(rec, status="running", optuna_trial_id=None)
         self._mirror_trial(rec)  # its number names the trial in the others' logs
+        self._change(["report", rec.trial_id, t, y, tokens])
         verdict = self._judge(rec)
+        reason_before = (rec.decision or {}).get(PRUNE_REASON_ATTR)
         self._apply(rec, verdict)
         self._warn(verdict.warnings)
-        self._save()
-        self._mirror_report(rec, verdict)
+        self._commit()  # one journal line: the report and what it caused, written before Tune is answered
+        self._mirror_report(rec, verdict, reason_before)
         return TrialScheduler.STOP if verdict.prune else TrialScheduler.CONTINUE
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
@@ -384,7 +364,7 @@ class CollapseScheduler(FIFOScheduler):
             return
         if rec.status == "running":
             self._finish(rec)
-            self._save()
+            self._commit()
         _mark_last_result(trial, rec)
         self._mirror_finish(rec)
 
@@ -395,9 +375,9 @@ class CollapseScheduler(FIFOScheduler):
             return
         retry = trial.status == "RUNNING" and trial.should_recover()
         if rec.status == "running" and not retry:
-            rec.status = "error"
-            rec.decision = {**(rec.decision or {}), "error": _error_text(trial)}
-            self._save()
+            self._set(rec, durable=True, status="error",
+                      decision={**(rec.decision or {}), "error": _error_text(trial)})
+            self._commit()
             _mark_last_result(trial, rec)
             self._mirror_finish(rec)
 
@@ -406,7 +386,7 @@ class CollapseScheduler(FIFOScheduler):
         rec = self._records.get(trial.trial_id)
         if rec is not None and rec.status == "running" and rec.t_hat:
             self._finish(rec)
-            self._save()
+            self._commit()
             self._mirror_finish(rec)
         if rec is not None and rec.status != "running":
             _mark_last_result(trial, rec)
@@ -424,13 +404,21 @@ class CollapseScheduler(FIFOScheduler):
         )
 
     def save(self, checkpoint_path: str) -> None:
-        """Write the state JSON to ``checkpoint_path`` (Tune's scheduler checkpoint hook)."""
-        _write_json(checkpoint_path, self._state_dict())
+        """Write the whole state to ``checkpoint_path`` as one snapshot (no journal; Tune's scheduler
+        checkpoint hook), and compact the scheduler's own state file."""
+        if self._writer is not None:
+            self._writer.compact()
+            if _same_file(checkpoint_path, self._writer.path):
+                return
+        write_snapshot(os.fspath(checkpoint_path), self._state, self.loss_key, self.time_attr)
 
     def restore(self, checkpoint_path: str) -> None:
-        """Read the state written by ``save`` or kept in the experiment directory."""
-        self._records = _read_state(checkpoint_path)
-        self._loaded_from = str(checkpoint_path)
+        """Read the state written by ``save`` or kept in the experiment directory (snapshot and journal) and
+        keep it there from now on."""
+        path = os.fspath(checkpoint_path)
+        if os.path.isdir(path):
+            path = os.path.join(path, STATE_FILE)
+        self._install(read_state(path), path)
 
     # ------------------------------------------------------------------ queries
     @staticmethod
@@ -439,11 +427,18 @@ class CollapseScheduler(FIFOScheduler):
 
         ``path`` is the experiment directory (``ResultGrid.experiment_path``, the path given to
         ``Tuner.restore``; a ``scheme://`` URI is read through pyarrow), or the state file itself (the
-        ``state_path`` given to the scheduler). The file holds the trials of every session run in that
-        directory. Raises InputError naming the path when there is no state or it is unreadable.
+        ``state_path`` given to the scheduler). The state (snapshot and journal) holds the trials of every
+        session run in that directory; ``load_warnings`` gives the warnings said. Raises InputError naming
+        the path when there is no state or it is unreadable; a last journal line cut short by a crash is
+        ignored with a ``StateNote`` warning. Reads only: nothing is written.
         """
-        text, where = _read_state_text(os.fspath(path))
-        return _parse_state(text, where)
+        return read_state(path).records
+
+    @staticmethod
+    def load_warnings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+        """The study-level warnings kept in an experiment's state ({key, message, trial}; ``path`` as for
+        ``load_state``)."""
+        return read_state(path).warnings
 
     @property
     def records(self) -> dict[str, TrialRecord]:
@@ -452,7 +447,8 @@ class CollapseScheduler(FIFOScheduler):
 
     @property
     def state_file(self) -> str | None:
-        """The state JSON in use (None before the first trial is added)."""
+        """The state's snapshot file in use (None before the first trial is added); its journal is
+        ``scheduler_state.journal_path(state_file)``."""
         return self._loaded_from
 
     def best_final_loss(self) -> float | None:
@@ -463,16 +459,41 @@ class CollapseScheduler(FIFOScheduler):
 
     # ------------------------------------------------------------------ internals
     def _ensure_loaded(self, trial: Trial) -> None:
-        if self._loaded_from is not None:
+        if self._writer is not None:
             return
         if self.state_path is not None:
-            path, self._copies = self.state_path, []
+            path, stale = self.state_path, []
         else:
-            path, self._copies = _default_state_paths(trial)
+            path, stale = _default_state_paths(trial)
+        for copy in stale:  # so that Tune's sync of its staging copy cannot overwrite the state
+            for name in (copy, journal_path(copy)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+        self._install(read_state(path) if os.path.exists(path) else SchedulerState(), path)
+
+    def _install(self, state: SchedulerState, path: str) -> None:
+        """Use ``state``, kept at ``path`` from now on (compacted there at once)."""
+        if self._writer is not None:
+            self._writer.close()
+        self._state, self._records, self._views = state, state.records, {}
+        self._writer = StateWriter(path, state, self.loss_key, self.time_attr)
         self._loaded_from = path
-        if os.path.exists(path):
-            self._records = _read_state(path)
-            self._warnings = _read_warnings(path)
+
+    def _change(self, op: list[Any], *, durable: bool = False) -> None:
+        """Change the state by one journal op (hpo/scheduler_state.py); written at the next ``_commit``."""
+        if self._writer is not None:
+            self._writer.change(op, durable=durable)
+        else:
+            apply(self._state, op)
+
+    def _set(self, rec: TrialRecord, *, durable: bool = False, **values: Any) -> None:
+        """Set fields of a record (an op); ``durable``: fsync the journal line that holds it."""
+        self._change(["set", rec.trial_id, values], durable=durable)
+
+    def _commit(self) -> None:
+        """Write the changes made since the last commit as one journal line."""
+        if self._writer is not None:
+            self._writer.commit()
 
     def _new_record(self, trial: Trial) -> TrialRecord:
         config = _json_safe(dict(trial.config or {}))
@@ -525,7 +546,8 @@ class CollapseScheduler(FIFOScheduler):
         total = rec.total_tokens
         if isinstance(self.total_tokens, str) and self.total_tokens in result:
             total = float(result[self.total_tokens])
-            rec.total_tokens = total
+            if total != rec.total_tokens:
+                self._set(rec, total_tokens=total)
         if not total or total <= 0:
             raise InputError(
                 f"CollapseScheduler: trial {trial.trial_id}: total_tokens key {self.total_tokens!r} is in "
@@ -539,13 +561,17 @@ class CollapseScheduler(FIFOScheduler):
         return self._reference.get(self._mirror_study(), self.defaults)
 
     def _view(self, rec: TrialRecord) -> TrialView:
-        """The judge's view of a record (hpo/judge.py)."""
+        """The judge's view of a record (hpo/judge.py), without copying its curve: what the record gained
+        since the last view (reports, log entries) is added to a per-trial cache, so a view costs the same
+        at any curve length."""
+        c = self._views.get(rec.trial_id)
+        if c is None or c.rec is not rec:
+            c = self._views[rec.trial_id] = _ViewCache(rec)
+        c.catch_up()
         state = {"running": "running", "complete": "complete", "pruned": "pruned"}.get(rec.status, "other")
-        controls = TrialControls(total_tokens=rec.total_tokens, schedule=Schedule.from_dict(rec.schedule),
-                                 tau=rec.tau, tpp=rec.tpp)
         number: int | str = rec.optuna_number if rec.optuna_number is not None else rec.trial_id
-        return TrialView(number, state, rec.steps(), tuple(rec.t_hat), tuple(rec.loss), controls,
-                         rec.final_loss, tuple(read_log({DECISIONS_ATTR: rec.log})))
+        return TrialView(number, state, c.steps, c.t_hat, c.loss, c.controls, rec.final_loss, c.log,
+                         reports=c.summary.reports())
 
     def _judge(self, rec: TrialRecord) -> Verdict:
         """The judge's verdict on the record's latest report against this session's other trials."""
@@ -558,21 +584,20 @@ class CollapseScheduler(FIFOScheduler):
     def _apply(self, rec: TrialRecord, verdict: Verdict) -> None:
         entry = verdict.entry
         if entry is not None:
-            rec.log.append(entry.to_dict())
-            rec.decision = {**(rec.decision or {}), **entry.latest_attrs()}
-        elif verdict.reason is not None:
-            rec.decision = {**(rec.decision or {}), PRUNE_REASON_ATTR: verdict.reason}
+            self._change(["log", rec.trial_id, entry.to_dict()], durable=entry.prune)
+            self._set(rec, decision={**(rec.decision or {}), **entry.latest_attrs()})
+        elif verdict.reason is not None and verdict.reason != (rec.decision or {}).get(PRUNE_REASON_ATTR):
+            self._set(rec, decision={**(rec.decision or {}), PRUNE_REASON_ATTR: verdict.reason})
         if verdict.prune:
-            rec.status = "pruned"
+            self._set(rec, durable=True, status="pruned")
 
     def _warn(self, found: tuple[JudgeWarning, ...]) -> None:
         """Say each study-level condition once: a ``CollapseWarning`` on the driver's console, an entry in
         the state file's ``collapse_warnings`` and, with a mirror, in that study user attr."""
         for w in found:
-            updated = add_warning(self._warnings, w)
-            if updated is None:
+            if add_warning(self._state.warnings, w) is None:
                 continue
-            self._warnings = updated
+            self._change(["warn", w.to_dict()], durable=True)
             emit(w)
             study = self._mirror_study()
             if study is not None:
@@ -583,38 +608,20 @@ class CollapseScheduler(FIFOScheduler):
     @property
     def warnings(self) -> list[dict[str, Any]]:
         """The study-level warnings said so far ({key, message, trial}; also in the state file)."""
-        return [dict(w) for w in self._warnings]
+        return [dict(w) for w in self._state.warnings]
 
     def _finish(self, rec: TrialRecord) -> None:
         if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):
-            rec.status = "complete"
-            rec.final_loss = rec.loss[-1]
+            self._set(rec, durable=True, status="complete", final_loss=rec.loss[-1])
         else:
-            rec.status = "stopped"
             last = f"{rec.t_hat[-1]:.4g}" if rec.t_hat else "0"
-            rec.decision = {
+            self._set(rec, durable=True, status="stopped", decision={
                 **(rec.decision or {}),
                 "prune_reason": (
                     f"stopped by Ray Tune at t_hat={last}, before the end of training "
                     "(not by the collapse rule)"
                 ),
-            }
-
-    def _state_dict(self) -> dict[str, Any]:
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "metric": self.loss_key,
-            "time_attr": self.time_attr,
-            WARNINGS_ATTR: self._warnings,
-            "trials": {tid: asdict(r) for tid, r in self._records.items()},
-        }
-
-    def _save(self) -> None:
-        if self._loaded_from is not None:
-            state = self._state_dict()
-            for path in (self._loaded_from, *self._copies):
-                _write_json(path, state)
+            })
 
     # ------------------------------------------------------------------ Optuna mirror
     def _mirror_study(self) -> optuna.study.Study | None:
@@ -656,19 +663,25 @@ class CollapseScheduler(FIFOScheduler):
             state=optuna.trial.TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs
         ))
         added = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("mirror_key") == key]
-        rec.optuna_trial_id, rec.optuna_number = _trial_id(added[-1]), added[-1].number
-        self._save()
+        self._set(rec, durable=True, optuna_trial_id=_trial_id(added[-1]), optuna_number=added[-1].number)
+        self._commit()  # at once: a restore must find this trial, not mirror it again
         return rec.optuna_trial_id
 
-    def _mirror_report(self, rec: TrialRecord, verdict: Verdict) -> None:
+    def _mirror_report(self, rec: TrialRecord, verdict: Verdict, reason_before: str | None = None) -> None:
+        """Mirror the latest report and its verdict. Between judgements this is one storage write (the
+        intermediate value); the stored trial is read only to write a decision entry or a new reason."""
         tid = self._mirror_trial(rec)
         if tid is None:
             return
         storage = _storage(self._study)
-        step = rec.steps()[-1]
+        step = step_of(rec.t_hat[-1], rec.tokens[-1])
         storage.set_trial_intermediate_value(tid, step, rec.loss[-1])
         if rec.total_tokens and isinstance(self.total_tokens, str):
             storage.set_trial_user_attr(tid, "total_tokens", rec.total_tokens)
+        if verdict.entry is None and (verdict.reason is None or verdict.reason == reason_before):
+            if verdict.prune:
+                self._mirror_finish(rec)
+            return
         stored = storage.get_trial(tid)
         if verdict.entry is not None:
             log = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
@@ -789,13 +802,14 @@ def _error_text(trial: Trial) -> str:
 
 
 def _default_state_paths(trial: Trial) -> tuple[str, list[str]]:
-    """The state file in the experiment directory, and the copies that must be kept equal to it.
+    """The state file in the experiment directory, and stale copies of it to remove.
 
-    Tune keeps a driver-side staging copy of the experiment directory that it syncs *up* to the storage
-    path at every experiment checkpoint (and down on restore), so a file written only to the storage path
-    would be overwritten by the stale staging copy; the state goes to both. On a local filesystem the
-    storage path is written first and is what a restore reads; on a remote one only the staging copy can
-    be written, and Tune syncs it with its experiment state.
+    Tune keeps a driver-side staging copy of the experiment directory that it syncs *up* over the storage
+    path at every experiment checkpoint (and, on restore, fills from the storage path with its ``*.json``
+    files: our snapshot and journal too). On a local filesystem the state lives at the storage path, which
+    is what a restore reads; the copies in the staging directory are removed when the state is loaded, so
+    that no sync can put an old copy over it (a sync copies files, it never deletes one). On a remote
+    filesystem only the staging copy can be written, and Tune syncs it up with its experiment state.
     """
     # Ray Tune internals (Trial.storage, a ray.train._internal StorageContext), on purpose: Tune has no public
     # way for a scheduler to keep state next to the experiment, and a file written beside the staging copy
@@ -814,100 +828,57 @@ def _default_state_paths(trial: Trial) -> tuple[str, list[str]]:
     return primary, [] if same else [staging]
 
 
-def _write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    p = Path(path)
-    text = json.dumps(data, indent=1, allow_nan=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    return os.path.realpath(os.fspath(a)) == os.path.realpath(os.fspath(b))
 
 
-def _read_state(path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(
-            f"{path}: unreadable CollapseScheduler state ({type(err).__name__}); delete it to start the "
-            "scheduler afresh (its decisions so far are then forgotten)"
-        ) from None
-    return _parse_state(text, path)
+class _ViewCache:
+    """What the judge's view of one record needs beyond the record itself, kept up to date incrementally:
+    the reports' steps, the parsed decision log, the controls and the cleaned-report summary."""
 
+    def __init__(self, rec: TrialRecord) -> None:
+        self.rec = rec
+        self.steps: list[int] = []
+        self._t = np.empty(64)  # the curve as arrays (grown by doubling), so a judgement converts nothing
+        self._y = np.empty(64)
+        self.log: list[DecisionEntry] = []
+        self.logged = 0  # entries of rec.log read so far (a malformed one is skipped, as read_log does)
+        self.summary = ReportSummary()
+        self.key: tuple[Any, ...] | None = None
+        self.controls: TrialControls | None = None
 
-def _read_state_text(path: str) -> tuple[str, str]:
-    """The text of the state file at ``path`` (an experiment directory or the file; local or a URI), and
-    the file's name for messages."""
-    if "://" in path:
-        import pyarrow.fs
+    @property
+    def t_hat(self) -> np.ndarray:
+        """The record's t̂ as an array (a view: valid until the next ``catch_up``)."""
+        return self._t[: len(self.steps)]
 
-        try:
-            fs, inner = pyarrow.fs.FileSystem.from_uri(path)
-            info = fs.get_file_info(inner)
-            if info.type == pyarrow.fs.FileType.Directory:
-                inner, path = f"{inner.rstrip('/')}/{STATE_FILE}", f"{path.rstrip('/')}/{STATE_FILE}"
-            with fs.open_input_stream(inner) as fh:
-                return fh.read().decode("utf-8"), path
-        except (OSError, UnicodeDecodeError, pyarrow.ArrowException) as err:
-            raise InputError(f"{mask_url(path)}: cannot read a CollapseScheduler state ({err}); give the "
-                             "experiment directory of a run that used CollapseScheduler") from None
-    file = Path(path) / STATE_FILE if Path(path).is_dir() else Path(path)
-    if not file.is_file():
-        raise InputError(
-            f"{file}: no CollapseScheduler state here; give the experiment directory of a run that used "
-            "CollapseScheduler (ResultGrid.experiment_path), or the state_path it was given"
-        )
-    try:
-        return file.read_text(encoding="utf-8"), str(file)
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{file}: unreadable CollapseScheduler state ({type(err).__name__})") from None
+    @property
+    def loss(self) -> np.ndarray:
+        """The record's losses as an array (a view, like ``t_hat``)."""
+        return self._y[: len(self.steps)]
 
-
-def _read_warnings(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The warnings said so far, from a state file (empty when it has none or cannot be read)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return []
-    found = data.get(WARNINGS_ATTR) if isinstance(data, dict) else None
-    return [dict(w) for w in found if isinstance(w, dict)] if isinstance(found, list) else []
-
-
-def _parse_state(text: str, path: str | os.PathLike[str]) -> dict[str, TrialRecord]:
-    """The records of a state file's text (``path`` names it in errors)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(
-            f"{path}: unreadable CollapseScheduler state ({type(err).__name__}); delete it to start the "
-            "scheduler afresh (its decisions so far are then forgotten)"
-        ) from None
-    fmt = (data.get("format"), data.get("version")) if isinstance(data, dict) else None
-    if fmt not in ((STATE_FORMAT, 1), (STATE_FORMAT, STATE_VERSION)):
-        raise InputError(f"{path}: not a CollapseScheduler state file (format/version); delete or move it")
-    known = {f.name for f in fields(TrialRecord)}
-    records: dict[str, TrialRecord] = {}
-    for tid, d in (data.get("trials") or {}).items():
-        if not isinstance(d, dict) or d.get("status") not in STATUSES:
-            raise InputError(f"{path}: trial {tid!r} has a malformed record; delete the file to start afresh")
-        rec = TrialRecord(**{k: v for k, v in d.items() if k in known})
-        if fmt[1] == 1:  # version 1 logged [t̂, prune, prediction]: the entry type holds the same facts
-            rec.log = [_v1_entry(item, rec) for item in rec.log]
-        records[tid] = rec
-    return records
-
-
-def _v1_entry(item: Any, rec: TrialRecord) -> dict[str, Any]:
-    t, prune, pred = [*list(item), None, None, None][:3]
-    return DecisionEntry(
-        step=round(float(t) * (rec.total_tokens or T_HAT_STEPS)), t_hat=t, n=0, prune=bool(prune),
-        predicted_final_loss=pred, predicted_low=None, predicted_high=None, threshold=None,
-        threshold_trial=None, reference=None, reason="(from a version-1 state file)",
-    ).to_dict()
+    def catch_up(self) -> None:
+        """Take what the record gained since the last call (O(new items))."""
+        rec = self.rec
+        n = len(rec.t_hat)
+        if n > self._t.size:
+            size = max(n, 2 * self._t.size)
+            self._t = np.resize(self._t, size)
+            self._y = np.resize(self._y, size)
+        for i in range(len(self.steps), n):
+            self.steps.append(step_of(rec.t_hat[i], rec.tokens[i]))
+            self.summary.add(rec.t_hat[i], rec.loss[i])
+            self._t[i], self._y[i] = rec.t_hat[i], rec.loss[i]
+        if self.logged < len(rec.log):
+            self.log.extend(read_log({DECISIONS_ATTR: rec.log[self.logged:]}))
+            self.logged = len(rec.log)
+        key = (rec.total_tokens, rec.tau, rec.tpp, rec.schedule)
+        if key != self.key:
+            self.key = key
+            self.controls = TrialControls(
+                total_tokens=rec.total_tokens, schedule=Schedule.from_dict(rec.schedule), tau=rec.tau,
+                tpp=rec.tpp,
+            )
 
 
 def _json_safe(value: Any) -> Any:

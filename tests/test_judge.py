@@ -190,3 +190,24 @@ def test_bad_judge_every_is_refused_by_both_adapters(sweep):
         CollapsePruner(reference=surrogate, judge_every=1.5)
     with pytest.raises(InputError, match="judge_every"):
         CollapseScheduler(reference=surrogate, judge_every=-0.1)
+
+
+def test_the_report_summary_equals_cleaning_the_whole_curve():
+    """``ReportSummary`` (one report at a time, O(1) each) gives what ``clean_reports`` gives for the whole
+    curve: the fraction, divergence and the notes, for curves with invalid, repeated and past-the-end t̂."""
+    from collapse_hpo.hpo.judge import ReportSummary
+
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        n = int(rng.integers(0, 12))
+        t = np.round(rng.uniform(-0.2, 1.3, n), 1)
+        t[rng.uniform(size=n) < 0.1] = np.nan
+        y = rng.uniform(2.0, 4.0, n)
+        if case % 5 == 0 and n:
+            y[rng.integers(n)] = [np.nan, np.inf, -1.0, 0.0][case % 4]
+        summary = ReportSummary()
+        for a, b in zip(t, y):
+            summary.add(a, b)
+        got, want = summary.reports(), clean_reports(t, y)
+        assert got.diverged == want.diverged and got.notes == want.notes, (t, y)
+        assert got.fraction == want.fraction or (math.isnan(got.fraction) and math.isnan(want.fraction))

@@ -9,7 +9,6 @@ trials run one at a time in grid order, so the decisions are deterministic.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -94,14 +93,22 @@ def _fit(tmp_path: Path, kinds: list[str]):
         ray.shutdown()
 
 
+def _state_trials(experiment: Path) -> dict[str, dict]:
+    """The scheduler's records in an experiment directory (snapshot and journal), as dicts."""
+    from dataclasses import asdict
+
+    from collapse_hpo.hpo.scheduler import CollapseScheduler
+
+    return {tid: asdict(rec) for tid, rec in CollapseScheduler.load_state(experiment).items()}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bad_reports_in_a_real_tune_run_are_recorded_and_never_crash(tmp_path: Path) -> None:
     grid = _fit(tmp_path, KINDS)
     assert not grid.errors and len(grid) == len(KINDS)
 
-    data = json.loads((tmp_path / "bad" / "collapse_scheduler_state.json").read_text())
-    rec = {r["config"]["kind"]: r for r in data["trials"].values()}
+    rec = {r["config"]["kind"]: r for r in _state_trials(tmp_path / "bad").values()}
     assert set(rec) == set(KINDS)
     clean = rec["clean"]
     assert clean["status"] == "complete" and clean["final_loss"] == pytest.approx(3.0)
@@ -137,6 +144,5 @@ def test_bad_reports_in_a_real_tune_run_are_recorded_and_never_crash(tmp_path: P
 def test_a_result_without_the_loss_key_does_not_crash_the_tune_run(tmp_path: Path) -> None:
     grid = _fit(tmp_path, ["clean", "missing_key"])
     assert not grid.errors
-    data = json.loads((tmp_path / "bad" / "collapse_scheduler_state.json").read_text())
-    rec = {r["config"]["kind"]: r for r in data["trials"].values()}
+    rec = {r["config"]["kind"]: r for r in _state_trials(tmp_path / "bad").values()}
     assert rec["missing_key"]["status"] == "complete" and len(rec["missing_key"]["t_hat"]) == N - 1

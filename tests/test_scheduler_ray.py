@@ -11,7 +11,6 @@ driver that the restore test kills: the trainable writes MARKER in the middle of
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -109,11 +108,19 @@ def make_tuner(storage_path: str, name: str, optuna_url: str | None, study: str 
     )
 
 
+def state_trials(state_file: Path) -> dict[str, dict]:
+    """The scheduler's records (snapshot and journal, read as a restore reads them), as dicts."""
+    from dataclasses import asdict
+
+    from collapse_hpo.hpo.scheduler import CollapseScheduler
+
+    return {tid: asdict(rec) for tid, rec in CollapseScheduler.load_state(state_file).items()}
+
+
 def outcomes(state_file: Path) -> dict[float, dict]:
     """The scheduler's record of each trial, by lr: status, judgements, final loss."""
-    data = json.loads(state_file.read_text())
     out = {}
-    for rec in data["trials"].values():
+    for rec in state_trials(state_file).values():
         out[rec["config"]["lr"]] = {
             "status": rec["status"],
             "log": rec["log"],
@@ -277,7 +284,7 @@ def test_restore_after_sigkill_makes_the_same_decisions(reference_run, fast_dir,
             assert a["final_loss"] == pytest.approx(r["final_loss"], rel=1e-9)
     # the trial killed mid-run was restarted from scratch, its first reports answered from the record; the
     # trials finished before the kill were not rerun (a rerun replays), so their results came from the file
-    data = {r["config"]["lr"]: r for r in json.loads(state.read_text())["trials"].values()}
+    data = {r["config"]["lr"]: r for r in state_trials(state).values()}
     assert data[LRS[KILL_INDEX]]["replayed"] == 3
     for lr in LRS[:KILL_INDEX]:
         assert data[lr]["replayed"] == 0, lr

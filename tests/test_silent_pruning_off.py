@@ -12,12 +12,10 @@ once-per-study bookkeeping keeps it to one) and one entry in the study record (`
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import warnings
-from pathlib import Path
 
 import optuna
 import pytest
@@ -206,9 +204,11 @@ def test_tune_training_iteration_without_total_warns_once_and_records_it(tmp_pat
     said = _collapse_warnings(caught)
     assert len(said) == 1, said
     assert "past its total" in said[0] and "time_attr" in said[0]
-    state = json.loads((Path(grid.experiment_path) / "collapse_scheduler_state.json").read_text())
-    assert [w["key"] for w in state[WARNINGS_ATTR]] == [PAST_END_WARNING]
+    from collapse_hpo.hpo.scheduler import CollapseScheduler
+
+    said_there = CollapseScheduler.load_warnings(grid.experiment_path)  # snapshot and journal
+    assert [w["key"] for w in said_there] == [PAST_END_WARNING]
     mirrored = optuna.load_study(storage=url, study_name="mirror").user_attrs[WARNINGS_ATTR]
     assert [w["key"] for w in mirrored] == [PAST_END_WARNING]
     # And nothing was pruned: the warning is the only sign of it.
-    assert all(r["status"] != "pruned" for r in state["trials"].values())
+    assert all(r.status != "pruned" for r in CollapseScheduler.load_state(grid.experiment_path).values())

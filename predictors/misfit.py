@@ -1,0 +1,115 @@
+"""How far a partial curve is from collapsing, and the interval shown for a prediction that does not collapse.
+
+A prediction aligns a partial curve onto the surrogate's shape ℓ̂ (predictors/predict.py). Its alignment
+residual r_i = L_i/c − ℓ̂_i says how well the curve follows that shape; smoothed over t̂ (local-linear,
+half-width ``SMOOTH_SHARE`` · p) its mean absolute value is the prediction's ``fit_residual``: the
+systematic part of the misfit, without the batch-to-batch noise of the losses. Calibration keeps, per
+training fraction p, what it was on the reference's own held-out curves truncated at p
+(``ErrorBand.fit_residual``, the ``MISFIT_QUANTILE`` quantile). The **misfit** of a prediction is the ratio:
+
+    misfit = Prediction.fit_residual / ErrorBand.fit_residual(p)
+
+A misfit above ``MISFIT_LIMIT`` means the curve *does not collapse* onto the reference shape: the learned
+error band was measured on curves that do, and does not hold for it. The interval shown for such a
+prediction is widened (``shown_interval``): each side's log distance from the point is multiplied by
+k = misfit / MISFIT_LIMIT, and the interval is stretched to reach from the curve's current loss (its
+smoothed loss at the latest report) to that loss times the widened upper margin. The rule and its threshold
+were chosen on our development curves, never on external data (BENCHMARKS.md, "Shown intervals").
+
+The decision rule (hpo/decision.py) is untouched by all of this: it uses the learned band, as before. Only
+what is shown on screen changes. The wording of the flag lives here, once (``NOT_COLLAPSING``,
+``misfit_note``, ``prediction_text``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from collapse_hpo.predictors.collapse import smooth
+
+#: The quantile of the reference's held-out alignment residuals a misfit is measured against.
+MISFIT_QUANTILE = 0.9
+#: Half-width of the smoothing of the residual, as a share of the fraction p (the window is [p/2, p]).
+SMOOTH_SHARE = 0.1
+#: A prediction whose misfit exceeds this does not collapse (its interval is widened, its note says so).
+#: Chosen on the development curves (studies/bench/shown_intervals.py, "choice"): the smallest of 1.5, 2,
+#: 2.5, 3 that flags at most 1% of the predictions on our collapsing CPU sweeps (1.5 flagged 1.7%).
+MISFIT_LIMIT = 2.0
+#: The flag, as every screen shows it.
+NOT_COLLAPSING = "does not collapse"
+
+
+def systematic_residual(t_hat: np.ndarray, residual: np.ndarray, weights: np.ndarray, fraction: float
+                        ) -> float:
+    """Mean |r̃| (``weights``: the window's spacing weights) of the alignment residual r smoothed over t̂
+    (local-linear, half-width ``SMOOTH_SHARE`` · ``fraction``); normalized-loss units. Points sorted by t̂."""
+    r = smooth(np.asarray(t_hat, dtype=float), np.asarray(residual, dtype=float), SMOOTH_SHARE * fraction)
+    return float(np.dot(weights, np.abs(r)) / np.sum(weights))
+
+
+def current_loss(t_hat: np.ndarray, loss: np.ndarray, fraction: float) -> float:
+    """The curve's loss at its latest report, smoothed as the residual is (local-linear, half-width
+    ``SMOOTH_SHARE`` · ``fraction``). Points sorted by t̂."""
+    return float(smooth(np.asarray(t_hat, dtype=float), np.asarray(loss, dtype=float),
+                        SMOOTH_SHARE * fraction)[-1])
+
+
+def misfit_ratio(residual: float | None, reference: float | None) -> float | None:
+    """A prediction's ``fit_residual`` over the reference's at the same fraction; None when either is
+    unknown (a surrogate calibrated before the reference residual was stored)."""
+    if residual is None or reference is None or not reference > 0 or not math.isfinite(residual):
+        return None
+    return float(residual) / float(reference)
+
+
+def collapses(misfit: float | None) -> bool:
+    """Whether a prediction's curve collapses onto the reference shape (True when the misfit is unknown)."""
+    return misfit is None or not math.isfinite(misfit) or misfit <= MISFIT_LIMIT
+
+
+def shown_interval(
+    final_loss: float, low: float | None, high: float | None, misfit: float | None,
+    current_loss: float | None = None,
+) -> tuple[float | None, float | None]:
+    """The interval to show for a prediction: (low, high) as learned when the curve collapses, else widened.
+
+    Widened, with k = misfit / ``MISFIT_LIMIT`` > 1: each side's log distance from ``final_loss`` is
+    multiplied by k; then the low side reaches down to ``current_loss`` at least, and the high side up to
+    ``current_loss`` · (high / final_loss)^k at least: a curve that does not follow the reference shape may
+    stop improving, or get worse, from where it is now. Losses in the curve's units; (None, None) stays.
+    """
+    if low is None or high is None or collapses(misfit) or not final_loss > 0 or not (low > 0 and high > 0):
+        return low, high
+    assert misfit is not None
+    k = misfit / MISFIT_LIMIT
+    up = (high / final_loss) ** k
+    lo, hi = final_loss * (low / final_loss) ** k, final_loss * up
+    if current_loss is not None and math.isfinite(current_loss) and current_loss > 0:
+        lo, hi = min(lo, current_loss), max(hi, current_loss * up)
+    return lo, hi
+
+
+def misfit_note(misfit: float, fraction: float | None = None) -> str:
+    """The one line that says a curve does not collapse, and what that does to the shown prediction."""
+    at = "" if fraction is None or not math.isfinite(fraction) else f" at t_hat={fraction:.3g}"
+    return (
+        f"{NOT_COLLAPSING} onto the reference shape (alignment residual {misfit:.1f}x the reference's{at}): "
+        "the predicted final loss is unreliable, its interval is widened"
+    )
+
+
+def prediction_text(
+    final_loss: float, low: float | None, high: float | None, misfit: float | None
+) -> str:
+    """A shown prediction in words, for every screen (progress lines, notes, figures): "predicted 2.4170
+    [2.300, 2.550]" when the curve collapses; otherwise the flag first, then the point with its widened
+    interval, so a number is never shown alone as if it could be trusted. ``low``/``high`` are the shown
+    interval (``shown_interval``)."""
+    band = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+    if collapses(misfit):
+        return f"predicted {final_loss:.4f}{band}"
+    assert misfit is not None
+    return (f"{NOT_COLLAPSING} (alignment residual {misfit:.1f}x the reference's): predicted "
+            f"{final_loss:.4f} is unreliable, interval{band or ' unknown'}")

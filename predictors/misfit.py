@@ -64,26 +64,27 @@ def misfit_ratio(residual: float | None, reference: float | None) -> float | Non
     return float(residual) / float(reference)
 
 
-def collapses(misfit: float | None) -> bool:
-    """Whether a prediction's curve collapses onto the reference shape (True when the misfit is unknown)."""
-    return misfit is None or not math.isfinite(misfit) or misfit <= MISFIT_LIMIT
+def collapses(misfit: float | None, limit: float = MISFIT_LIMIT) -> bool:
+    """Whether a prediction's curve collapses onto the reference shape: misfit <= ``limit`` (True when the
+    misfit is unknown)."""
+    return misfit is None or not math.isfinite(misfit) or misfit <= limit
 
 
 def shown_interval(
     final_loss: float, low: float | None, high: float | None, misfit: float | None,
-    current_loss: float | None = None,
+    current_loss: float | None = None, limit: float = MISFIT_LIMIT,
 ) -> tuple[float | None, float | None]:
     """The interval to show for a prediction: (low, high) as learned when the curve collapses, else widened.
 
-    Widened, with k = misfit / ``MISFIT_LIMIT`` > 1: each side's log distance from ``final_loss`` is
+    Widened, with k = misfit / ``limit`` > 1: each side's log distance from ``final_loss`` is
     multiplied by k; then the low side reaches down to ``current_loss`` at least, and the high side up to
     ``current_loss`` · (high / final_loss)^k at least: a curve that does not follow the reference shape may
     stop improving, or get worse, from where it is now. Losses in the curve's units; (None, None) stays.
     """
-    if low is None or high is None or collapses(misfit) or not final_loss > 0 or not (low > 0 and high > 0):
+    if low is None or high is None or collapses(misfit, limit) or not final_loss > 0 or not (low > 0 < high):
         return low, high
     assert misfit is not None
-    k = misfit / MISFIT_LIMIT
+    k = misfit / limit
     up = (high / final_loss) ** k
     lo, hi = final_loss * (low / final_loss) ** k, final_loss * up
     if current_loss is not None and math.isfinite(current_loss) and current_loss > 0:

@@ -213,3 +213,22 @@ def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(
     assert NOT_COLLAPSING in seen["texts"]
     assert any(NOT_COLLAPSING in t for t in seen["legend"])
     assert seen["ylim"][1] >= 3.6 or math.isclose(seen["ylim"][1], 1.0 * 4.0, rel_tol=0.05)
+
+
+def test_collapse_hpo_predict_shows_the_widened_interval_and_the_note(reference, curves, tmp_path, capsys):
+    import json
+
+    from collapse_hpo.hpo.cli import main
+    from collapse_hpo.predictors.curves import write_curves_csv
+
+    reference.save(tmp_path / "s.json")
+    write_curves_csv(tmp_path / "c.csv", [curves["lr_high_s0_01"], curves["lr_tau_s0_10"]])
+    args = ["predict", str(tmp_path / "c.csv"), "--surrogate", str(tmp_path / "s.json"), "--fraction", "0.46"]
+    assert main([*args, "--json"]) == 0
+    high, good = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert high["misfit"] > MISFIT_LIMIT and high["low"] <= high["actual_final_loss"] <= high["high"]
+    assert good["misfit"] <= MISFIT_LIMIT
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert NOT_COLLAPSING in next(x for x in lines if x.startswith("lr_high_s0_01"))
+    assert NOT_COLLAPSING not in next(x for x in lines if x.startswith("lr_tau_s0_10"))

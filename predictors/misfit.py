@@ -1,9 +1,9 @@
 """How far a partial curve is from collapsing, and the interval shown for a prediction that does not collapse.
 
 A prediction aligns a partial curve onto the surrogate's shape ℓ̂ (predictors/predict.py). Its alignment
-residual r_i = L_i/c − ℓ̂_i says how well the curve follows that shape; smoothed over t̂ (local-linear,
-half-width ``SMOOTH_SHARE`` · p) its mean absolute value is the prediction's ``fit_residual``: the
-systematic part of the misfit, without the batch-to-batch noise of the losses. Calibration keeps, per
+residual r_i = L_i/c − ℓ̂_i says how well the curve follows that shape; averaged within each of ``BINS``
+equal stretches of the window, its mean absolute value is the prediction's ``fit_residual``: the systematic
+part of the misfit, without the batch-to-batch noise of the losses. Calibration keeps, per
 training fraction p, what it was on the reference's own held-out curves truncated at p
 (``ErrorBand.fit_residual``, the ``MISFIT_QUANTILE`` quantile). The **misfit** of a prediction is the ratio:
 
@@ -12,8 +12,8 @@ training fraction p, what it was on the reference's own held-out curves truncate
 A misfit above ``MISFIT_LIMIT`` means the curve *does not collapse* onto the reference shape: the learned
 error band was measured on curves that do, and does not hold for it. The interval shown for such a
 prediction is widened (``shown_interval``): each side's log distance from the point is multiplied by
-k = misfit / MISFIT_LIMIT, and the interval is stretched to reach from the curve's current loss (its
-smoothed loss at the latest report) to that loss times the widened upper margin. The rule and its threshold
+k = misfit / MISFIT_LIMIT, and the interval is stretched to reach from the curve's current loss (its mean
+loss over the window's last stretch) to that loss times the widened upper margin. The rule and its threshold
 were chosen on our development curves, never on external data (BENCHMARKS.md, "Shown intervals").
 
 The decision rule (hpo/decision.py) is untouched by all of this: it uses the learned band, as before. Only
@@ -27,33 +27,47 @@ import math
 
 import numpy as np
 
-from collapse_hpo.predictors.collapse import smooth
-
 #: The quantile of the reference's held-out alignment residuals a misfit is measured against.
 MISFIT_QUANTILE = 0.9
-#: Half-width of the smoothing of the residual, as a share of the fraction p (the window is [p/2, p]).
-SMOOTH_SHARE = 0.1
+#: The alignment window is cut into this many equal stretches; the residual is averaged within each.
+BINS = 8
 #: A prediction whose misfit exceeds this does not collapse (its interval is widened, its note says so).
 #: Chosen on the development curves (studies/bench/shown_intervals.py, "choice"): the smallest of 1.5, 2,
-#: 2.5, 3 that flags at most 1% of the predictions on our collapsing CPU sweeps (1.5 flagged 1.7%).
+#: 2.5, 3 that flags at most 1% of the predictions on our collapsing CPU sweeps (1.5 flagged 1.4%).
 MISFIT_LIMIT = 2.0
 #: The flag, as every screen shows it.
 NOT_COLLAPSING = "does not collapse"
 
 
-def systematic_residual(t_hat: np.ndarray, residual: np.ndarray, weights: np.ndarray, fraction: float
-                        ) -> float:
-    """Mean |r̃| (``weights``: the window's spacing weights) of the alignment residual r smoothed over t̂
-    (local-linear, half-width ``SMOOTH_SHARE`` · ``fraction``); normalized-loss units. Points sorted by t̂."""
-    r = smooth(np.asarray(t_hat, dtype=float), np.asarray(residual, dtype=float), SMOOTH_SHARE * fraction)
-    return float(np.dot(weights, np.abs(r)) / np.sum(weights))
+def _bins(t_hat: np.ndarray) -> np.ndarray:
+    """The index (0 .. ``BINS`` − 1) of each point's stretch of the window [t̂_first, t̂_last], equal widths."""
+    t = np.asarray(t_hat, dtype=float)
+    span = float(t[-1] - t[0])
+    if not span > 0:
+        return np.zeros(t.size, dtype=np.intp)
+    return np.minimum(((t - t[0]) * (BINS / span)).astype(np.intp), BINS - 1)
 
 
-def current_loss(t_hat: np.ndarray, loss: np.ndarray, fraction: float) -> float:
-    """The curve's loss at its latest report, smoothed as the residual is (local-linear, half-width
-    ``SMOOTH_SHARE`` · ``fraction``). Points sorted by t̂."""
-    return float(smooth(np.asarray(t_hat, dtype=float), np.asarray(loss, dtype=float),
-                        SMOOTH_SHARE * fraction)[-1])
+def systematic_residual(t_hat: np.ndarray, residual: np.ndarray, weights: np.ndarray) -> float:
+    """The systematic part of an alignment residual r (normalized-loss units): r averaged within each of
+    ``BINS`` equal stretches of the window (``weights``: the points' spacing weights), then the weighted mean
+    of the absolute stretch means. Batch-to-batch noise averages out within a stretch; a curve whose shape
+    departs from ℓ̂ keeps its departure. O(n). Points sorted by t̂."""
+    b = _bins(t_hat)
+    w = np.asarray(weights, dtype=float)
+    wb = np.bincount(b, weights=w, minlength=BINS)
+    rb = np.bincount(b, weights=w * np.asarray(residual, dtype=float), minlength=BINS)
+    have = wb > 0
+    return float(np.sum(np.abs(rb[have])) / np.sum(wb[have]))
+
+
+def current_loss(t_hat: np.ndarray, loss: np.ndarray, weights: np.ndarray) -> float:
+    """The curve's loss at its latest reports: the weighted mean loss over the last of the ``BINS`` stretches
+    of the window (``weights``: the points' spacing weights). Points sorted by t̂."""
+    last = _bins(t_hat) == BINS - 1
+    w = np.asarray(weights, dtype=float)[last]
+    y = np.asarray(loss, dtype=float)[last]
+    return float(np.dot(w, y) / np.sum(w)) if np.sum(w) > 0 else float(y[-1])
 
 
 def misfit_ratio(residual: float | None, reference: float | None) -> float | None:

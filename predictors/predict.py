@@ -51,9 +51,9 @@ class Prediction:
         size_bias: the log correction from the size trend applied to the alignment divisor (final_loss =
             divisor · exp(size_bias)); None when none was applied (no ``params`` or no size trend).
         extrapolation: a note when the run's params, TPP or τ lie outside the surrogate's reference ranges.
-        fit_residual: the systematic part of the alignment residual: mean |r̃| over the window, r̃ the
-            residual L_i/c − ℓ̂_i smoothed over t̂ (``misfit.systematic_residual``), so that batch-to-batch
-            noise does not count as misfit (normalized-loss units).
+        fit_residual: the systematic part of the alignment residual L_i/c − ℓ̂_i, averaged within stretches
+            of the window (``misfit.systematic_residual``), so that batch-to-batch noise does not count as
+            misfit (normalized-loss units).
         misfit: ``fit_residual`` over the reference's held-out ``fit_residual`` at this fraction
             (predictors/misfit.py; above ``MISFIT_LIMIT`` the curve does not collapse); None when the
             surrogate stored no reference residual.
@@ -237,8 +237,8 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
     band = surrogate.error_band(p)
-    resid = systematic_residual(tw, yw / c - shape, w, p)
-    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, p),
+    resid = systematic_residual(tw, yw / c - shape, w)
+    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w),
            "misfit": misfit_ratio(resid, band.fit_residual if band is not None else None)}
     # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),
     # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by

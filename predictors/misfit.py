@@ -11,10 +11,10 @@ training fraction p, what it was on the reference's own held-out curves truncate
 
 A misfit above ``MISFIT_LIMIT`` means the curve *does not collapse* onto the reference shape: the learned
 error band was measured on curves that do, and does not hold for it. The interval shown for such a
-prediction is widened (``shown_interval``): each side's log distance from the point is multiplied by
-k = misfit / MISFIT_LIMIT, and the interval is stretched to reach from the curve's current loss (its mean
-loss over the window's last stretch) to that loss times the widened upper margin. The rule and its threshold
-were chosen on our development curves, never on external data (BENCHMARKS.md, "Shown intervals").
+prediction is widened (``shown_interval``): its learned margins are raised to the power k = misfit /
+MISFIT_LIMIT and applied around every level the curve may end at: the prediction, the curve's current loss
+(its mean loss over the window's last stretch) and the lowest loss it reported so far. The rule and its
+threshold were chosen on our development curves, never on external data (BENCHMARKS.md, "Shown intervals").
 
 The decision rule (hpo/decision.py) is untouched by all of this: it uses the learned band, as before. Only
 what is shown on screen changes. The wording of the flag lives here, once (``NOT_COLLAPSING``,
@@ -86,24 +86,24 @@ def collapses(misfit: float | None, limit: float = MISFIT_LIMIT) -> bool:
 
 def shown_interval(
     final_loss: float, low: float | None, high: float | None, misfit: float | None,
-    current_loss: float | None = None, limit: float = MISFIT_LIMIT,
+    current_loss: float | None = None, lowest_loss: float | None = None, limit: float = MISFIT_LIMIT,
 ) -> tuple[float | None, float | None]:
     """The interval to show for a prediction: (low, high) as learned when the curve collapses, else widened.
 
-    Widened, with k = misfit / ``limit`` > 1: each side's log distance from ``final_loss`` is
-    multiplied by k; then the low side reaches down to ``current_loss`` at least, and the high side up to
-    ``current_loss`` · (high / final_loss)^k at least: a curve that does not follow the reference shape may
-    stop improving, or get worse, from where it is now. Losses in the curve's units; (None, None) stays.
+    Widened, with k = misfit / ``limit`` > 1: the learned margins low/final_loss and high/final_loss are
+    raised to the power k, and applied around every level the curve may end at: ``final_loss`` (the shape
+    holds after all), ``current_loss`` (the curve stops improving, or gets worse from here) and
+    ``lowest_loss``, the lowest loss it reported so far (it recovers, as a run that blew up does when its
+    LR decays). Low = the lowest level × (low/final_loss)^k, high = the highest × (high/final_loss)^k.
+    Losses in the curve's units; (None, None) stays as it is; a level that is None is left out.
     """
     if low is None or high is None or collapses(misfit, limit) or not final_loss > 0 or not (low > 0 < high):
         return low, high
     assert misfit is not None
     k = misfit / limit
-    up = (high / final_loss) ** k
-    lo, hi = final_loss * (low / final_loss) ** k, final_loss * up
-    if current_loss is not None and math.isfinite(current_loss) and current_loss > 0:
-        lo, hi = min(lo, current_loss), max(hi, current_loss * up)
-    return lo, hi
+    levels = [v for v in (final_loss, current_loss, lowest_loss)
+              if v is not None and math.isfinite(v) and v > 0]
+    return min(levels) * (low / final_loss) ** k, max(levels) * (high / final_loss) ** k
 
 
 def misfit_note(misfit: float, fraction: float | None = None) -> str:

@@ -57,7 +57,8 @@ class Prediction:
         misfit: ``fit_residual`` over the reference's held-out ``fit_residual`` at this fraction
             (predictors/misfit.py; above ``MISFIT_LIMIT`` the curve does not collapse); None when the
             surrogate stored no reference residual.
-        current_loss: the curve's loss at its latest report used (the loss a widened interval contains).
+        current_loss: the curve's loss at its latest reports (``misfit.current_loss``), and lowest_loss: the
+            lowest loss it reported: levels a widened interval reaches (``misfit.shown_interval``).
     """
 
     final_loss: float | None
@@ -72,6 +73,7 @@ class Prediction:
     fit_residual: float | None = None
     misfit: float | None = None
     current_loss: float | None = None
+    lowest_loss: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,7 +91,8 @@ class Prediction:
         when it does not. The decision rule uses ``low`` and ``high``; screens use this."""
         if self.final_loss is None:
             return self.low, self.high
-        return shown_interval(self.final_loss, self.low, self.high, self.misfit, self.current_loss)
+        return shown_interval(self.final_loss, self.low, self.high, self.misfit, self.current_loss,
+                              self.lowest_loss)
 
 
 def _fail(reason: str, fraction: float = 0.0, n: int = 0) -> Prediction:
@@ -238,7 +241,7 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
     band = surrogate.error_band(p)
     resid = systematic_residual(tw, yw / c - shape, w)
-    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w),
+    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w), "lowest_loss": float(np.min(y)),
            "misfit": misfit_ratio(resid, band.fit_residual if band is not None else None)}
     # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),
     # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by

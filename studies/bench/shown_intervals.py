@@ -110,13 +110,14 @@ def predictions(surrogate, curves: Iterable[Curve], after: float = 0.0) -> list[
                                     tpp=c.tpp)
             if pr.ok and pr.low is not None and math.isfinite(c.final_loss):
                 rows.append({"pred": pr.final_loss, "low": pr.low, "high": pr.high, "misfit": pr.misfit,
-                             "current": pr.current_loss, "final": c.final_loss})
+                             "current": pr.current_loss, "lowest": pr.lowest_loss, "final": c.final_loss})
     return rows
 
 
 def _shown(r: dict[str, Any], limit: float) -> tuple[float, float]:
     """The shown interval of a prediction row with the limit ``limit`` (the rule of predictors/misfit.py)."""
-    lo, hi = shown_interval(r["pred"], r["low"], r["high"], r["misfit"], r["current"], limit=limit)
+    lo, hi = shown_interval(r["pred"], r["low"], r["high"], r["misfit"], r["current"], r["lowest"],
+                            limit=limit)
     return float(lo), float(hi)
 
 

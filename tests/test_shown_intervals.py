@@ -11,7 +11,6 @@ LR sweep's run with a loss spike from t̂ = 0.25 on (it rises by 15% and stays t
 from __future__ import annotations
 
 import io
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -212,7 +211,7 @@ def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(
         plt.Figure.savefig = real_savefig
     assert NOT_COLLAPSING in seen["texts"]
     assert any(NOT_COLLAPSING in t for t in seen["legend"])
-    assert seen["ylim"][1] >= 3.6 or math.isclose(seen["ylim"][1], 1.0 * 4.0, rel_tol=0.05)
+    assert seen["ylim"][1] >= 3.6  # the widened interval is on the figure, not clipped
 
 
 def test_collapse_hpo_predict_shows_the_widened_interval_and_the_note(reference, curves, tmp_path, capsys):

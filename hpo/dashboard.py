@@ -40,6 +40,7 @@ from collapse_hpo.hpo.record import (
 )
 from collapse_hpo.hpo.reference import make_reference
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses, prediction_text
 from collapse_hpo.predictors.surrogate import Surrogate
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class _TrialView:
     divisor: float | None  # final loss (complete) or predicted final loss (otherwise)
     predicted: bool
     controls: TrialControls
+    collapses: bool = True  # False: the predicted divisor comes from a curve that does not collapse
 
 
 def find_reference(study: optuna.Study, reference: Any = None) -> tuple[Surrogate | None, str]:
@@ -148,8 +150,10 @@ def _views(study: optuna.Study, defaults: TrialControls) -> list[_TrialView]:
         else:
             p = t.user_attrs.get("predicted_final_loss")
             divisor, predicted = (float(p) if _finite(p) else None), True
+        mis = t.user_attrs.get("predicted_misfit")
+        trusted = not predicted or collapses(float(mis) if _finite(mis) else None)
         views.append(
-            _TrialView(t.number, t.state.name, curve.t_hat, curve.loss, divisor, predicted, controls)
+            _TrialView(t.number, t.state.name, curve.t_hat, curve.loss, divisor, predicted, controls, trusted)
         )
     return views
 
@@ -189,10 +193,14 @@ def curves_figure(study: optuna.Study, surrogate: Surrogate | None = None, label
         color = _COLORS[i % len(_COLORS)]
         ok = np.isfinite(v.loss)
         how = "÷ predicted final" if v.predicted else "÷ final"
+        flag = "" if v.collapses else f", {NOT_COLLAPSING}"
+        if not v.collapses:
+            how += f" ({NOT_COLLAPSING}: unreliable)"
         fig.add_trace(go.Scatter(
             x=v.t_hat[ok].tolist(), y=(v.loss[ok] / v.divisor).tolist(), mode="lines",
-            name=f"trial {v.number} ({v.state.lower()})",
-            line={"color": color, "dash": "dash" if v.predicted else "solid", "width": 1.5},
+            name=f"trial {v.number} ({v.state.lower()}{flag})",
+            line={"color": color, "dash": ("dash" if v.collapses else "dot") if v.predicted else "solid",
+                  "width": 1.5},
             hovertemplate=(
                 f"trial {v.number} {how} {v.divisor:.4g}<br>t̂=%{{x:.3f}} ℓ=%{{y:.4f}}<extra></extra>"
             ),
@@ -231,7 +239,12 @@ def trial_note(trial: optuna.trial.FrozenTrial) -> str:
     if _finite(pred):
         lo, hi = a.get("predicted_low"), a.get("predicted_high")
         interval = f" (interval {lo:.4f} to {hi:.4f})" if _finite(lo) and _finite(hi) else ""
-        rows.append(("predicted final loss", f"**{pred:.4f}**{interval}"))
+        mis = a.get("predicted_misfit")
+        if collapses(float(mis) if _finite(mis) else None):
+            rows.append(("predicted final loss", f"**{pred:.4f}**{interval}"))
+        else:  # never a bold, confident number for a curve that does not collapse
+            rows.append(("predicted final loss", prediction_text(
+                pred, lo if _finite(lo) else None, hi if _finite(hi) else None, float(mis))))
     else:
         rows.append(("predicted final loss", "none"))
     frac = a.get("decision_fraction")

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from collapse_hpo.predictors.misfit import prediction_text
+
 
 def human_tokens(n: float) -> str:
     """Token counts as 950, 12.3K, 4.1M, 2.0B."""
@@ -123,8 +125,10 @@ class Progress:
             where = f" at t_hat={frac:.2f}" if isinstance(frac, int | float) else ""
             if isinstance(pred, int | float):
                 both = isinstance(lo, int | float) and isinstance(hi, int | float)
-                band = f" [{lo:.3f}, {hi:.3f}]" if both else ""
-                text = f"trial {trial.number} pruned{where} (predicted {pred:.4f}{band})"
+                mis = attrs.get("predicted_misfit")
+                shown = prediction_text(float(pred), lo if both else None, hi if both else None,
+                                        float(mis) if isinstance(mis, int | float) else None)
+                text = f"trial {trial.number} pruned{where} ({shown})"
             else:
                 reason = attrs.get("prune_reason", "no reason recorded")
                 text = f"trial {trial.number} pruned{where} ({reason})"

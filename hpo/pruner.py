@@ -77,12 +77,16 @@ class CollapsePruner(BasePruner):
     State: everything lives in the study's storage, never only in this object (Optuna does not persist
     pruners), so several workers and a restarted driver see the same state. Each trial gets the user
     attrs ``predicted_final_loss``, ``predicted_low``, ``predicted_high`` (losses of the latest
-    successful prediction; a pruned trial keeps its predicted final loss), ``decision_fraction`` (t̂ of
+    successful prediction and the interval shown for it; a pruned trial keeps its predicted final loss),
+    ``predicted_misfit`` (above ``predictors.misfit.MISFIT_LIMIT`` the curve does not collapse onto the
+    reference shape: the shown interval is widened and the reason says so), ``decision_fraction`` (t̂ of
     the latest decision), ``prune_reason`` (one line: why pruned, kept or not judged), and
     ``collapse_decisions``: the log of judgements, one dict per step (keys ``step`` (tokens), ``t_hat``,
     ``n`` (points used), ``prune``, ``predicted_final_loss``, ``predicted_low``, ``predicted_high``,
     ``threshold`` (the competitor bound compared with), ``threshold_trial`` (whose it was),
-    ``reference`` (the surrogate's label), ``reason``). A decision at a step is made once: asking again
+    ``reference`` (the surrogate's label), ``reason``, ``misfit``, and ``rule_low``/``rule_high``: the
+    learned interval the rule used, which is what a competitor's logged prediction counts with). A decision
+    at a step is made once: asking again
     at that step returns the logged answer, and a pruned trial stays pruned. The curve a decision used
     is the stored one (steps ≤ ``step``). Judgements happen at most once per ``judge_every`` of
     training. Who competes, when a judgement is due and what an entry holds are the judge's

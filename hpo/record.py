@@ -30,6 +30,7 @@ import numpy as np
 
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.misfit import misfit_note
 from collapse_hpo.predictors.predict import Prediction
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.timescale import no_decay_tau
@@ -44,7 +45,8 @@ CONTROL_ATTRS = ("total_tokens", "schedule", "tau", "tpp")
 DECISIONS_ATTR = "collapse_decisions"
 #: The attrs that repeat the latest judgement (the dashboard shows them; ``report`` tabulates them).
 DECISION_ATTRS = (
-    "predicted_final_loss", "predicted_low", "predicted_high", "decision_fraction", "prune_reason",
+    "predicted_final_loss", "predicted_low", "predicted_high", "predicted_misfit", "decision_fraction",
+    "prune_reason",
 )
 PRUNE_REASON_ATTR = "prune_reason"
 #: With ``report_prediction``, the step (tokens) of the extra intermediate value holding a pruned trial's
@@ -176,12 +178,19 @@ class DecisionEntry:
         t_hat: fraction of training of the latest valid report used (None when unknown).
         n: reports stored up to and including ``step`` when it was judged.
         prune: whether the trial was stopped.
-        predicted_final_loss, predicted_low, predicted_high: the prediction (losses; None without one).
+        predicted_final_loss, predicted_low, predicted_high: the prediction and the interval *shown* for it
+            (losses; None without one): the learned interval when the curve collapses onto the reference
+            shape, a wider one when it does not (``predictors.misfit.shown_interval``).
         threshold: what the trial was compared with (a loss), when a comparison was made.
         threshold_trial: the competitor the threshold came from (its Optuna trial number, or the Tune
             trial id when the scheduler has no mirror).
         reference: the label of the surrogate used (``file:...``, ``online:0,1,2``), None without one.
-        reason: one line saying why.
+        reason: one line saying why (with ``misfit_note`` appended when the curve does not collapse).
+        misfit: the prediction's alignment residual over the reference's (``Prediction.misfit``); above
+            ``predictors.misfit.MISFIT_LIMIT`` the curve does not collapse. None when unknown.
+        rule_low, rule_high: the interval the decision rule used (the learned error band; equal to the shown
+            one when the curve collapses). Competitors read these, so the shown interval never moves a
+            decision. Entries written before they existed read them from ``predicted_low/high``.
     """
 
     step: int
@@ -195,6 +204,9 @@ class DecisionEntry:
     threshold_trial: int | str | None
     reference: str | None
     reason: str
+    misfit: float | None = None
+    rule_low: float | None = None
+    rule_high: float | None = None
 
     @classmethod
     def of(
@@ -208,11 +220,20 @@ class DecisionEntry:
     ) -> DecisionEntry:
         """The entry of a ``Decision`` judged at ``step`` with ``n`` reports stored."""
         attrs = decision.user_attrs()
+        p = decision.prediction
+        low, high = attrs["predicted_low"], attrs["predicted_high"]
+        misfit = None
+        reason = decision.reason
+        if p is not None and p.ok:
+            misfit = _finite_or_none(p.misfit)
+            if not p.collapses:
+                low, high = (_finite_or_none(v) for v in p.shown)
+                reason = f"{reason}; {misfit_note(float(p.misfit), p.fraction)}"  # type: ignore[arg-type]
         return cls(
             step=int(step), t_hat=attrs["decision_fraction"], n=int(n), prune=bool(decision.prune),
-            predicted_final_loss=attrs["predicted_final_loss"], predicted_low=attrs["predicted_low"],
-            predicted_high=attrs["predicted_high"], threshold=decision.threshold,
-            threshold_trial=threshold_trial, reference=reference, reason=decision.reason,
+            predicted_final_loss=attrs["predicted_final_loss"], predicted_low=low, predicted_high=high,
+            threshold=decision.threshold, threshold_trial=threshold_trial, reference=reference, reason=reason,
+            misfit=misfit, rule_low=attrs["predicted_low"], rule_high=attrs["predicted_high"],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,6 +243,7 @@ class DecisionEntry:
             "predicted_final_loss": self.predicted_final_loss, "predicted_low": self.predicted_low,
             "predicted_high": self.predicted_high, "threshold": self.threshold,
             "threshold_trial": self.threshold_trial, "reference": self.reference, "reason": self.reason,
+            "misfit": self.misfit, "rule_low": self.rule_low, "rule_high": self.rule_high,
         }
 
     @classmethod
@@ -239,15 +261,18 @@ class DecisionEntry:
             predicted_final_loss=num("predicted_final_loss"), predicted_low=num("predicted_low"),
             predicted_high=num("predicted_high"), threshold=num("threshold"),
             threshold_trial=d.get("threshold_trial"), reference=d.get("reference"),
-            reason=str(d.get("reason") or ""),
+            reason=str(d.get("reason") or ""), misfit=num("misfit"),
+            rule_low=num("rule_low") if "rule_low" in d else num("predicted_low"),
+            rule_high=num("rule_high") if "rule_high" in d else num("predicted_high"),
         )
 
     def latest_attrs(self) -> dict[str, Any]:
-        """The five ``DECISION_ATTRS`` this entry sets; the prediction keys only when it has a prediction
-        (a trial keeps showing its latest successful prediction). Bounds come before the point prediction,
+        """The ``DECISION_ATTRS`` this entry sets; the prediction keys only when it has a prediction (a trial
+        keeps showing its latest successful prediction). Bounds and misfit come before the point prediction,
         so a reader between two writes never pairs a new ``predicted_final_loss`` with a stale bound."""
         attrs: dict[str, Any] = {}
         if self.predicted_final_loss is not None:
+            attrs["predicted_misfit"] = self.misfit
             attrs["predicted_high"] = self.predicted_high
             attrs["predicted_low"] = self.predicted_low
             attrs["predicted_final_loss"] = self.predicted_final_loss
@@ -256,12 +281,18 @@ class DecisionEntry:
         return attrs
 
     def prediction(self) -> Prediction | None:
-        """The entry's prediction as a ``Prediction`` (None when it has none)."""
+        """The entry's prediction as a ``Prediction`` with the interval the decision rule used (``rule_low``,
+        ``rule_high``), so a competitor's logged prediction counts as it did before any widening (None when
+        it has none)."""
         pred = self.predicted_final_loss
         if pred is None or not math.isfinite(pred):
             return None
-        return Prediction(final_loss=pred, low=self.predicted_low, high=self.predicted_high,
-                          fraction=self.t_hat if self.t_hat is not None else 0.0)
+        return Prediction(final_loss=pred, low=self.rule_low, high=self.rule_high,
+                          fraction=self.t_hat if self.t_hat is not None else 0.0, misfit=self.misfit)
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def read_log(user_attrs: Mapping[str, Any]) -> list[DecisionEntry]:

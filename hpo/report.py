@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR
 from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path
+from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
 if TYPE_CHECKING:
     import optuna
@@ -110,7 +111,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     """The results table as text: one line per trial, the best marked with ``*``."""
     best = best_row(rows)
     head = ["", "trial", "state", "draw", "seed", "lr", "batch", "λ", "τ", "tokens", "final", "predicted",
-            "at t̂", "note"]
+            "interval", "at t̂", "note"]
     lines = []
     for r in rows:
         note = r["error"] if r["state"] == "FAIL" else (r["prune_reason"] if r["state"] == "PRUNED" else "")
@@ -119,13 +120,23 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             _fmt(r["draw"]), _fmt(r["seed"]), _fmt(r["lr"], ".3g"), _fmt(r["batch_tokens"]),
             _fmt(r["weight_decay"], ".3g"), _fmt(r["tau"], ".3g"),
             _tokens(r["tokens_trained"]), _fmt(r["final_loss"], ".4f"),
-            _fmt(r["predicted_final_loss"], ".4f"),
+            *_prediction_cells(r),
             _fmt(r["decision_fraction"], ".2f"), (str(note or ""))[:60],
         ])
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in lines]
     return "\n".join(out)
+
+
+def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The table's "predicted" and "interval" cells: the point and its shown interval; for a curve that does
+    not collapse onto the reference shape, the flag instead of the point (the interval is the widened one)."""
+    pred, lo, hi = (_num(row.get(k)) for k in ("predicted_final_loss", "predicted_low", "predicted_high"))
+    interval = f"{lo:.3f}-{hi:.3f}" if lo is not None and hi is not None else "-"
+    if pred is None:
+        return "-", interval
+    return (f"{pred:.4f}" if collapses(_num(row.get("predicted_misfit"))) else NOT_COLLAPSING), interval
 
 
 def _tokens(x: Any) -> str:
@@ -216,6 +227,7 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
     colors = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:gray"}
     best = study.best_trial.number if any(t.state.name == "COMPLETE" for t in trials.values()) else None
     surrogate = _reference_surrogate(study, reference_path)
+    untrusted = 0  # pruned trials whose curve does not collapse (no L(1) to normalize by)
     for c in curves:
         t = trials[c.meta["number"]]
         state = c.meta["state"]
@@ -226,16 +238,23 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
         ax.plot(c.t_hat[ok], c.loss[ok], color=color, lw=lw, alpha=0.85)
         pred = _num(a.get("predicted_final_loss"))
         frac = _num(a.get("decision_fraction"))
+        trusted = collapses(_num(a.get("predicted_misfit")))
         if state == "PRUNED" and pred is not None:
             lo, hi = _num(a.get("predicted_low")), _num(a.get("predicted_high"))
             if lo is not None and hi is not None:
-                ax.vlines([1.0], lo, hi, color=color, lw=1.0, alpha=0.6)
-            ax.plot([1.0], [pred], "o", color=color, ms=4, alpha=0.8)
-            ax.plot([c.t_hat[ok][-1], 1.0], [c.loss[ok][-1], pred], ls=":", color=color, lw=0.8)
+                ax.vlines([1.0], lo, hi, color=color, lw=1.0 if trusted else 2.5, alpha=0.6)
+            if trusted:
+                ax.plot([1.0], [pred], "o", color=color, ms=4, alpha=0.8)
+                ax.plot([c.t_hat[ok][-1], 1.0], [c.loss[ok][-1], pred], ls=":", color=color, lw=0.8)
+            else:  # no confident point: an open marker, and the flag next to the widened interval
+                ax.plot([1.0], [pred], "o", mfc="none", color=color, ms=5, alpha=0.8)
+                ax.annotate(NOT_COLLAPSING, (1.0, hi if hi is not None else pred), fontsize=7, color=color,
+                            xytext=(-4, 2), textcoords="offset points", ha="right")
+                untrusted += 1
         if state == "PRUNED" and frac is not None and ok.any():
             i = int(np.argmin(np.abs(c.t_hat - frac)))
             ax.plot([c.t_hat[i]], [c.loss[i]], "x", color="k", ms=6)
-        final = t.value if state == "COMPLETE" else pred
+        final = t.value if state == "COMPLETE" else (pred if trusted else None)
         if final is not None and final > 0:
             axn.plot(c.t_hat[ok], c.loss[ok] / final, color=color, lw=lw, alpha=0.7)
     if surrogate is not None and curves:
@@ -252,6 +271,9 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
               Line2D([], [], color="tab:blue", label="complete"),
               Line2D([], [], color="tab:orange", label="pruned (• predicted final, x decision)"),
               Line2D([], [], color="tab:red", label="failed")]
+    if untrusted:
+        legend.append(Line2D([], [], color="tab:orange", marker="o", mfc="none", lw=2.5,
+                             label=f"pruned, {NOT_COLLAPSING} (widened interval; not normalized)"))
     ax.legend(handles=legend, fontsize=8)
     ax.set_xlabel("t̂ (tokens seen / total tokens)")
     ax.set_ylabel("training loss")

@@ -53,9 +53,9 @@ Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, eve
 an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
 tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ · T_HAT_STEPS) and the user attr
 ``total_tokens`` is T_HAT_STEPS); PRUNED when this scheduler stops it, with the pruner's user attrs
-(``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``decision_fraction``, ``prune_reason``,
-``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with a
-``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
+(``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``predicted_misfit``, ``decision_fraction``,
+``prune_reason``, ``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with
+a ``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
 values Tune's search drew (``Trial.evaluated_params``) become trial params (``param_distributions`` gives
 their search distributions, else a one-point distribution at the value); constants of the param space do not
 (they would show as parameters with an importance); the whole config is kept in the user attr

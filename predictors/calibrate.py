@@ -44,6 +44,7 @@ import numpy as np
 from collapse_hpo.predictors.collapse import smooth as smooth_curve
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.misfit import MISFIT_QUANTILE
 from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.surrogate import ErrorBand, SizeTrend, Surrogate, extrapolate_bias
 
@@ -598,13 +599,18 @@ def _reference_ranges(curves: Sequence[Curve]) -> dict[str, list[float]]:
     return {k: [float(v[0]), float(v[1])] for k, v in ref.items()}
 
 
-def _predict_errors(s: Surrogate, curves: Sequence[Curve], fractions: Sequence[float]) -> dict[int, dict]:
-    """log(actual/predicted) for each curve index and fraction (None when no prediction could be made)."""
+def _predict_errors(
+    s: Surrogate, curves: Sequence[Curve], fractions: Sequence[float]
+) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Per curve index and fraction: log(actual/predicted), and the prediction's alignment residual
+    ``fit_residual`` (what a collapsing curve's misfit looks like; None where no prediction could be made)."""
     out: dict[int, dict] = {}
+    maes: dict[int, dict] = {}
     s = replace(s, error_bands=[])  # raw alignment: no bias correction from an earlier model
     for i, c in enumerate(curves):
         actual = c.final_loss
         row: dict[float, float | None] = {}
+        mrow: dict[float, float | None] = {}
         ok = np.isfinite(c.loss)
         t, y = c.t_hat[ok], c.loss[ok]
         for p in fractions:
@@ -612,9 +618,21 @@ def _predict_errors(s: Surrogate, curves: Sequence[Curve], fractions: Sequence[f
             pred = predict_final_loss(
                 t[keep], y[keep], surrogate=s, schedule=c.schedule, tau=c.tau, tpp=c.tpp, min_fraction=0.5 * p
             )
-            row[p] = math.log(actual / pred.final_loss) if pred.ok and actual > 0 else None
+            good = pred.ok and actual > 0
+            row[p] = math.log(actual / pred.final_loss) if good else None
+            mrow[p] = pred.fit_residual if good else None
         out[i] = row
-    return out
+        maes[i] = mrow
+    return out, maes
+
+
+def _misfit_reference(values: Sequence[float | None]) -> float | None:
+    """The ``MISFIT_QUANTILE`` quantile of held-out alignment residuals (floored at ``SCALE_FLOOR``, so that
+    a ratio to it stays finite); None without one."""
+    v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return None
+    return max(float(np.quantile(v, MISFIT_QUANTILE)), SCALE_FLOOR)
 
 
 def _pair_bands(
@@ -756,19 +774,21 @@ def calibrate(
 
     # Error model: held-out predictions from truncated curves.
     residuals: dict[int, dict] = {}
+    maes: dict[int, dict] = {}  # the held-out predictions' alignment residuals (the misfit reference)
     fold_of: dict[int, int] = {}  # which fold's surrogate predicted each curve (pairs are formed within one)
     if fold_masks:
         for f, mask in enumerate(fold_masks):
             train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
             pr = fit(train, chosen_free, start=best)
             s_fold = _to_surrogate(pr, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)
-            errs = _predict_errors(s_fold, [curves[i] for i in test], error_fractions)
+            errs, fold_maes = _predict_errors(s_fold, [curves[i] for i in test], error_fractions)
             for j, i in enumerate(test):
                 residuals[int(i)] = errs[j]
+                maes[int(i)] = fold_maes[j]
                 fold_of[int(i)] = f
         kind = f"held out by group ({len(fold_masks)} folds over {len(set(labels))} groups)"
     else:
-        residuals = _predict_errors(surrogate, curves, error_fractions)
+        residuals, maes = _predict_errors(surrogate, curves, error_fractions)
         fold_of = dict.fromkeys(residuals, 0)
         kind = "in-sample (a single curve group: no held-out check possible; intervals are optimistic)"
         notes.append(f"error model is {kind}")
@@ -788,6 +808,7 @@ def calibrate(
                 bias=float(np.mean(r)),
                 scale=max(scale, SCALE_FLOOR),
                 max_abs=float(np.max(np.abs(r))),
+                fit_residual=_misfit_reference([maes[i][p] for i in have]),
             )
         )
     surrogate.error_bands = bands

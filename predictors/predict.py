@@ -23,6 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapse_hpo.predictors.misfit import (
+    collapses,
+    current_loss,
+    misfit_ratio,
+    shown_interval,
+    systematic_residual,
+)
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
@@ -44,6 +51,14 @@ class Prediction:
         size_bias: the log correction from the size trend applied to the alignment divisor (final_loss =
             divisor · exp(size_bias)); None when none was applied (no ``params`` or no size trend).
         extrapolation: a note when the run's params, TPP or τ lie outside the surrogate's reference ranges.
+        fit_residual: the systematic part of the alignment residual L_i/c − ℓ̂_i, averaged within stretches
+            of the window (``misfit.systematic_residual``), so that batch-to-batch noise does not count as
+            misfit (normalized-loss units).
+        misfit: ``fit_residual`` over the reference's held-out ``fit_residual`` at this fraction
+            (predictors/misfit.py; above ``MISFIT_LIMIT`` the curve does not collapse); None when the
+            surrogate stored no reference residual.
+        current_loss: the curve's loss at its latest reports (``misfit.current_loss``), and lowest_loss: the
+            lowest loss it reported: levels a widened interval reaches (``misfit.shown_interval``).
     """
 
     final_loss: float | None
@@ -55,11 +70,29 @@ class Prediction:
     align_mae: float | None = None
     size_bias: float | None = None
     extrapolation: str | None = None
+    fit_residual: float | None = None
+    misfit: float | None = None
+    current_loss: float | None = None
+    lowest_loss: float | None = None
 
     @property
     def ok(self) -> bool:
         """True when a prediction was made."""
         return self.final_loss is not None and self.reason is None
+
+    @property
+    def collapses(self) -> bool:
+        """Whether the partial curve collapses onto the reference shape (True when the misfit is unknown)."""
+        return collapses(self.misfit)
+
+    @property
+    def shown(self) -> tuple[float | None, float | None]:
+        """The interval to show (``misfit.shown_interval``): ``(low, high)`` when the curve collapses, wider
+        when it does not. The decision rule uses ``low`` and ``high``; screens use this."""
+        if self.final_loss is None:
+            return self.low, self.high
+        return shown_interval(self.final_loss, self.low, self.high, self.misfit, self.current_loss,
+                              self.lowest_loss)
 
 
 def _fail(reason: str, fraction: float = 0.0, n: int = 0) -> Prediction:
@@ -207,6 +240,10 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
+    band = surrogate.error_band(p)
+    resid = systematic_residual(tw, yw / c - shape, w)
+    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w), "lowest_loss": float(np.min(y)),
+           "misfit": misfit_ratio(resid, band.fit_residual if band is not None else None)}
     # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),
     # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by
     # the bias was tried and rejected: an error model learned from very few groups (e.g. 2 sizes of mpl) can
@@ -226,7 +263,8 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
             # uncorrected prediction inside, so it holds whether or not the trend goes on.
             low, high = min(low, c), max(high, c)
         return Prediction(final_loss=point, low=low, high=high, fraction=p, reason=None, n_points=n,
-                          align_mae=mae, size_bias=bias if kind == "trend" else None, extrapolation=extrap)
-    low, high = interval(c, surrogate.error_band(p), confidence)
+                          align_mae=mae, size_bias=bias if kind == "trend" else None, extrapolation=extrap,
+                          **fit)
+    low, high = interval(c, band, confidence)
     return Prediction(final_loss=c, low=low, high=high, fraction=p, reason=None, n_points=n, align_mae=mae,
-                      extrapolation=extrap)
+                      extrapolation=extrap, **fit)

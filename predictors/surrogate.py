@@ -56,6 +56,12 @@ class ErrorBand:
     counts the independent units behind it (curve groups, e.g. sizes, since seeds of one group miss together;
     curves when the error model is in-sample). ``bias`` is the mean of r, ``scale`` its standard deviation
     (ddof = 1, floored), ``max_abs`` the largest |r|.
+
+    ``fit_residual`` is what a collapsing curve's alignment residual looks like at this fraction: the
+    ``MISFIT_QUANTILE`` quantile, over the same held-out reference curves truncated at ``fraction``, of
+    ``Prediction.fit_residual`` (normalized-loss units). A prediction's misfit is its own ``fit_residual``
+    over this (predictors/misfit.py). None when not learned (paired bands, and surrogates calibrated before
+    it existed).
     """
 
     fraction: float
@@ -63,6 +69,7 @@ class ErrorBand:
     bias: float
     scale: float
     max_abs: float
+    fit_residual: float | None = None
 
 
 @dataclass(frozen=True)
@@ -337,8 +344,8 @@ class Surrogate:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with the format name and version."""
         d = asdict(self)
-        d["error_bands"] = [asdict(e) for e in self.error_bands]
-        d["pair_bands"] = [asdict(e) for e in self.pair_bands]
+        d["error_bands"] = [_band_dict(e) for e in self.error_bands]
+        d["pair_bands"] = [_band_dict(e) for e in self.pair_bands]
         d["size_trend"] = [asdict(e) for e in self.size_trend]
         d["reference"] = {k: list(v) for k, v in self.reference.items()}
         if self.scaling_law is None:
@@ -415,6 +422,14 @@ class Surrogate:
                              "`collapse-hpo calibrate`") from None
 
 
+def _band_dict(band: ErrorBand) -> dict[str, Any]:
+    """An ErrorBand as JSON; ``fit_residual`` only when learned (files without it stay as they were)."""
+    d = asdict(band)
+    if d["fit_residual"] is None:
+        d.pop("fit_residual")
+    return d
+
+
 def _interpolate(bands: list[ErrorBand], fraction: float) -> ErrorBand | None:
     """The band at ``fraction``, linearly interpolated; the first or last band outside their range."""
     if not bands:
@@ -427,12 +442,16 @@ def _interpolate(bands: list[ErrorBand], fraction: float) -> ErrorBand | None:
     j = int(np.searchsorted(fr, fraction))
     lo, hi = bands[j - 1], bands[j]
     w = (fraction - lo.fraction) / (hi.fraction - lo.fraction)
+    mae = None
+    if lo.fit_residual is not None and hi.fit_residual is not None:
+        mae = lo.fit_residual + w * (hi.fit_residual - lo.fit_residual)
     return ErrorBand(
         fraction=float(fraction),
         n=min(lo.n, hi.n),
         bias=lo.bias + w * (hi.bias - lo.bias),
         scale=lo.scale + w * (hi.scale - lo.scale),
         max_abs=lo.max_abs + w * (hi.max_abs - lo.max_abs),
+        fit_residual=mae,
     )
 
 
@@ -443,12 +462,17 @@ def _parse_bands(bands: Any, name: str, source: str) -> list[ErrorBand]:
     parsed = []
     for i, e in enumerate(bands):
         try:
+            mae = e.get("fit_residual")
             band = ErrorBand(fraction=float(e["fraction"]), n=int(e["n"]), bias=float(e["bias"]),
-                             scale=float(e["scale"]), max_abs=float(e["max_abs"]))
-        except (KeyError, TypeError, ValueError) as err:
+                             scale=float(e["scale"]), max_abs=float(e["max_abs"]),
+                             fit_residual=None if mae is None else float(mae))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InputError(f"{source}: {name}[{i}] is malformed ({err!r}); recalibrate") from None
         vals = (band.fraction, band.bias, band.scale, band.max_abs)
+        if band.fit_residual is not None:
+            vals += (band.fit_residual,)
         bad = band.n < 1 or band.scale < 0 or not 0 < band.fraction <= 1
+        bad = bad or (band.fit_residual is not None and not 0 < band.fit_residual <= MAX_LOG_ERROR)
         if bad or not all(math.isfinite(v) for v in vals):
             raise InputError(f"{source}: {name}[{i}] has out-of-range values; recalibrate")
         for key in ("bias", "scale", "max_abs"):

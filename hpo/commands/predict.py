@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--min-fraction must be in [0, 1], got {args.min_fraction}")
     surrogate = Surrogate.load(args.surrogate)
     from collapse_hpo.hpo.commands._common import print_notes
+    from collapse_hpo.predictors.misfit import collapses, misfit_note
 
     curves = read_curves_csv(args.curves)
     print_notes("predict", curves)
@@ -85,12 +86,14 @@ def run(args: argparse.Namespace) -> int:
         if diverged:  # never predicted from the points before: the run is lost
             pred = Prediction(final_loss=None, low=None, high=None, fraction=float(c.diverged_at), n_points=0,
                               reason=f"the run diverged at t_hat={c.diverged_at:g} (a NaN, inf or huge loss)")
+        low, high = pred.shown  # widened when the curve does not collapse onto the reference shape
         row: dict = {
             "run": c.run,
             "fraction": pred.fraction,
             "predicted_final_loss": pred.final_loss,
-            "low": pred.low,
-            "high": pred.high,
+            "low": low,
+            "high": high,
+            "misfit": pred.misfit,
             "reason": pred.reason,
             "params": c.params,
             "size_correction": pred.size_bias,
@@ -125,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if r["reason"]:
             line += f"  ({r['reason']})"
+        elif not collapses(r["misfit"]):
+            line += f"  ({misfit_note(r['misfit'], r['fraction'])})"
         print(line)
     for r in results:
         if r["extrapolation"]:

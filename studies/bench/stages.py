@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     rho12 = spearman([a for a, _ in both12], [b for _, b in both12])
     common = [d for d in s1 if s1[d]["final_loss"] is not None and full_loss.get(d) is not None]
     rho1f = spearman([s1[d]["final_loss"] for d in common], [full_loss[d] for d in common])
+    scored = [d for d in s1 if full_loss.get(d) is not None]
+    rho1f_score = spearman([s1[d]["score"] for d in scored], [full_loss[d] for d in scored])
     rho2f = spearman([r["final_loss_2"] for r in done2], [full_loss[int(r["stage1_draw"])] for r in done2])
     c1, c2, cf = nd(studies[0]), nd(studies[1]), nd(fstudy)
     frac_nd = (c1[0] + c2[0]) / cf[0]
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "stage2_draws": [int(r["stage1_draw"]) for r in rows], "true_top_k": top_true,
         "rho_stage1_stage2": rho12, "n_stage1_stage2": len(both12),
         "rho_stage1_full": rho1f, "n_stage1_full": len(common),
+        "rho_stage1_score_full": rho1f_score, "n_stage1_score_full": len(scored),
         "rho_stage2_full": rho2f, "n_stage2_full": len(done2),
         "winner_stage1_draw": win_draw, "winner_full_loss": full_loss[win_draw],
         "best_full_draw": best_full_draw, "best_full_loss": best_full, "regret": regret,
@@ -200,6 +203,8 @@ def table(r: dict[str, Any]) -> str:
         f"{_f(r['rho_stage1_stage2'], '.2f')} (n = {r['n_stage1_stage2']}) |",
         f"| Spearman ρ stage 1 vs full sweep | {_f(r['rho_stage1_full'], '.2f')} "
         f"(n = {r['n_stage1_full']}) |",
+        f"| Spearman ρ stage-1 score (pruned: predicted final loss) vs full sweep | "
+        f"{_f(r['rho_stage1_score_full'], '.2f')} (n = {r['n_stage1_score_full']}) |",
         f"| Spearman ρ stage 2 vs full sweep | {_f(r['rho_stage2_full'], '.2f')} "
         f"(n = {r['n_stage2_full']}) |",
         f"| stage 2 took draws / true top {r['top_k']} | {r['stage2_draws']} / {r['true_top_k']} |",

@@ -17,6 +17,8 @@ at ≤ 30% of the compute.
 
     .venv/bin/python studies/bench/stages.py                       # 12 LRs × 2 seeds, widths 16 → 48
     .venv/bin/python studies/bench/stages.py --seeds 0 --trials 8  # quicker
+    .venv/bin/python studies/bench/stages.py --full-seeds 0        # the truth from seed 0 only (compute
+                                                                   # still counted for both seeds)
 
 Interrupted, the same command continues (each sweep is resumed from its storage).
 """
@@ -58,18 +60,20 @@ def stages_doc(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
 
 
-def full_doc(stages: dict[str, Any], lrs: list[float], out: Path) -> dict[str, Any]:
-    """The full sweep at the target width: stage 1's settings transferred, every one to the end."""
+def full_doc(stages: dict[str, Any], lrs: list[float], out: Path, seed: int) -> dict[str, Any]:
+    """The full sweep at the target width for one training seed: stage 1's settings transferred, every one
+    to the end (one sweep per seed, so a seed can be added later without retraining the others)."""
     doc = json.loads(json.dumps(stages))
     doc.pop("stages")
-    doc["name"] = "bench-full"
+    doc["name"] = f"bench-full-s{seed}"
+    doc["seeds"] = [seed]
     doc["model"]["base_width"] = stages["stages"][0]["width"]
     doc["model"]["base_depth"] = stages["model"]["depth"]
     doc["space"] = {"lr": {"type": "categorical", "choices": lrs}}
     doc["sampler"] = {"name": "grid", "seed": 0}
     doc.pop("trials")
     doc["pruner"] = {"enabled": False}
-    doc["results"] = str(out / "full")
+    doc["results"] = str(out / f"full-s{seed}")
     return doc
 
 
@@ -101,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/bench_stages", help="folder of the sweeps and the figures")
     p.add_argument("--trials", type=int, default=12, help="settings stage 1 sweeps (and the full sweep)")
     p.add_argument("--top-k", type=int, default=3, help="settings stage 2 takes")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds of the stages")
+    p.add_argument("--full-seeds", type=int, nargs="+", default=None,
+                   help="seeds of the full target-width sweep (default: --seeds); its compute is always "
+                   "counted for all of --seeds")
     p.add_argument("--small-width", type=int, default=16)
     p.add_argument("--width", type=int, default=48, help="target width")
     p.add_argument("--tpp", type=float, default=20.0)
@@ -115,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from collapse_hpo.hpo.runner import locate, plan_draws, run_sweep
     from collapse_hpo.hpo.stages import (
         finish_stages,
+        full_sweep_compute,
         run_stages,
         stage_locations,
         stage_sweep,
@@ -133,14 +141,23 @@ def main(argv: list[str] | None = None) -> int:
 
     draws = plan_draws(stage_sweep(sweep, 0))
     lrs = [float(transfer_params(sweep, d)["lr"]) for d in draws]
-    full = load_sweep(write_yaml(out / "full.yaml", full_doc(sdoc, lrs, out)))
-    floc = locate(full)
-    fstudy = run_sweep(full, floc, resume=(out / "full" / "study.db").exists())
+    full_seeds = list(args.full_seeds if args.full_seeds is not None else args.seeds)
+    per_seed: list[dict[int, dict[str, Any]]] = []
+    full_tokens = []
+    for seed in full_seeds:
+        full = load_sweep(write_yaml(out / f"full-s{seed}.yaml", full_doc(sdoc, lrs, out, seed)))
+        fstudy = run_sweep(full, locate(full), resume=(out / f"full-s{seed}" / "study.db").exists())
+        per_seed.append(by_draw(fstudy))
+        full_tokens.append(nd(fstudy)[1])
     t_all = time.time() - started
 
-    s1, fl = by_draw(studies[0]), by_draw(fstudy)
+    s1 = by_draw(studies[0])
     rows = transfer_rows(sweep, studies[0], studies[1])
-    full_loss = {d: v["final_loss"] for d, v in fl.items()}  # full-sweep draw d = stage-1 draw d (grid order)
+    # full-sweep draw d = stage-1 draw d (grid order); the mean over the full sweep's seeds
+    full_loss: dict[int, float | None] = {}
+    for d in range(len(lrs)):
+        vals = [ps[d]["final_loss"] for ps in per_seed if d in ps and ps[d]["final_loss"] is not None]
+        full_loss[d] = sum(vals) / len(vals) if len(vals) == len(per_seed) else None
     best_full = min(v for v in full_loss.values() if v is not None)
     best_full_draw = min((d for d in full_loss if full_loss[d] is not None), key=lambda d: full_loss[d])
     done2 = [r for r in rows if r["final_loss_2"] is not None]
@@ -154,14 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     scored = [d for d in s1 if full_loss.get(d) is not None]
     rho1f_score = spearman([s1[d]["score"] for d in scored], [full_loss[d] for d in scored])
     rho2f = spearman([r["final_loss_2"] for r in done2], [full_loss[int(r["stage1_draw"])] for r in done2])
-    c1, c2, cf = nd(studies[0]), nd(studies[1]), nd(fstudy)
+    c1, c2 = nd(studies[0]), nd(studies[1])
+    cf = (full_sweep_compute(sweep, studies[0]), sum(full_tokens) / len(full_tokens) * len(args.seeds))
     frac_nd = (c1[0] + c2[0]) / cf[0]
     frac_tok = (c1[1] + c2[1]) / cf[1]
     top_true = sorted(full_loss, key=lambda d: (full_loss[d] is None, full_loss[d] or 0))[: args.top_k]
     res = {
         "command": "python studies/bench/stages.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "widths": [args.small_width, args.width], "trials": args.trials, "top_k": args.top_k,
-        "seeds": list(args.seeds), "tpp": args.tpp, "batch_tokens": args.batch_tokens,
+        "seeds": list(args.seeds), "full_seeds": full_seeds, "tpp": args.tpp,
+        "batch_tokens": args.batch_tokens,
         "stage2_draws": [int(r["stage1_draw"]) for r in rows], "true_top_k": top_true,
         "rho_stage1_stage2": rho12, "n_stage1_stage2": len(both12),
         "rho_stage1_full": rho1f, "n_stage1_full": len(common),
@@ -193,7 +212,8 @@ def table(r: dict[str, Any]) -> str:
     met_regret = r["regret"] <= 0.003
     met_compute = r["compute_nd"]["fraction"] <= 0.30
     lines = [
-        f"widths {r['widths'][0]} → {r['widths'][1]}, {r['trials']} LRs × seeds {r['seeds']}, "
+        f"widths {r['widths'][0]} → {r['widths'][1]}, {r['trials']} LRs × seeds {r['seeds']} (full sweep: "
+        f"seeds {r['full_seeds']}), "
         f"top {r['top_k']}, {r['tpp']:g} TPP, B = {r['batch_tokens']}; "
         f"wall {r['wall_s']['total'] / 60:.1f} min",
         "",

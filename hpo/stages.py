@@ -164,8 +164,9 @@ def stage_locations(sweep: SweepConfig, results: str | os.PathLike[str] | None =
 # ---------------------------------------------------------------------------------------------- stage 1 → 2
 def draw_scores(study: optuna.Study) -> dict[int, dict[str, Any]]:
     """Per draw of ``study``: its params, ``score`` (mean over seeds of the final loss, or of the predicted
-    final loss of a pruned trial), ``final_loss`` (mean over seeds of COMPLETE trials; None without one) and
-    how many seeds were trained to the end. FAILed trials are left out; a draw with none left is absent."""
+    final loss of a pruned trial), ``final_loss`` (mean over seeds when every seed was trained to the end,
+    else None: a mean over other seeds than another draw's would compare seed noise) and how many seeds were
+    trained to the end. FAILed trials are left out; a draw with none left is absent."""
     import optuna
 
     TS = optuna.trial.TrialState
@@ -174,7 +175,8 @@ def draw_scores(study: optuna.Study) -> dict[int, dict[str, Any]]:
         if t.state not in (TS.COMPLETE, TS.PRUNED):
             continue
         draw = int(t.user_attrs.get("draw", t.number))
-        entry = by_draw.setdefault(draw, {"params": dict(t.params), "scores": [], "finals": []})
+        entry = by_draw.setdefault(draw, {"params": dict(t.params), "scores": [], "finals": [], "n": 0})
+        entry["n"] += 1
         if t.state == TS.COMPLETE and t.value is not None and math.isfinite(t.value):
             entry["scores"].append(float(t.value))
             entry["finals"].append(float(t.value))
@@ -187,7 +189,8 @@ def draw_scores(study: optuna.Study) -> dict[int, dict[str, Any]]:
         if not e["scores"]:
             continue
         out[draw] = {"params": e["params"], "score": sum(e["scores"]) / len(e["scores"]),
-                     "final_loss": sum(e["finals"]) / len(e["finals"]) if e["finals"] else None,
+                     "final_loss": (sum(e["finals"]) / len(e["finals"])
+                                    if e["finals"] and len(e["finals"]) == e["n"] else None),
                      "complete_seeds": len(e["finals"])}
     return out
 

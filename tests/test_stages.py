@@ -195,6 +195,24 @@ def test_top_settings_rank_by_final_or_predicted_loss() -> None:
     assert best[0]["stage1_params"] == {"lr": 0.02}
 
 
+def test_a_draw_has_a_final_loss_only_when_every_seed_ended() -> None:
+    from collapse_hpo.hpo.stages import draw_scores
+
+    study = _study("s", [1.5, 2.0, 2.2], [0.01, 0.01, 0.02])
+    seeds = {0: (0, 0), 1: (0, 1), 2: (1, 0)}  # trial -> (draw, seed)
+    for t in study.get_trials():
+        study._storage.set_trial_user_attr(t._trial_id, "draw", seeds[t.number][0])
+        study._storage.set_trial_user_attr(t._trial_id, "seed", seeds[t.number][1])
+    pruned = optuna.trial.create_trial(
+        params={"lr": 0.02}, distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1.0)},
+        user_attrs={"draw": 1, "seed": 1, "predicted_final_loss": 3.0}, state=optuna.trial.TrialState.PRUNED)
+    study.add_trial(pruned)
+    scores = draw_scores(study)
+    assert scores[0]["final_loss"] == pytest.approx(1.75) and scores[0]["complete_seeds"] == 2
+    # Draw 1: seed 0 ended at 2.2, seed 1 was pruned: no final loss (one seed is not the mean of two).
+    assert scores[1]["final_loss"] is None and scores[1]["score"] == pytest.approx(2.6)
+
+
 def test_report_shows_the_transfer_and_the_rank_agreement() -> None:
     sweep = parse_sweep(BASE, "x.yaml")
     s1 = _study("st-stage1", [3.0, 2.0, None, 2.5, 4.0, 3.5], [0.01, 0.02, 0.03, 0.04, 0.05, 0.06])

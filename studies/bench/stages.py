@@ -36,6 +36,9 @@ from typing import Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+#: Batch sizes (tokens) of the batch-size case (``--search batch_tokens``).
+BATCH_CHOICES = [256, 512, 1024, 2048, 4096]
+
 
 def stages_doc(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """The sweep file (as a dict) of the sweep with stages."""
@@ -48,8 +51,12 @@ def stages_doc(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "fixed": {"batch_tokens": args.batch_tokens},
         "space": {"lr": {"type": "float", "low": 3.0e-3, "high": 3.0e-1, "log": True}},
         "trials": args.trials,
+        **({} if args.search == "lr" else {  # the failure case: a batch-size grid at a fixed (stage-1) LR
+            "fixed": {"lr": args.lr},
+            "space": {"batch_tokens": {"type": "categorical", "choices": BATCH_CHOICES}},
+            "trials": len(BATCH_CHOICES)}),
         "seeds": list(args.seeds),
-        "sampler": {"name": "qmc", "seed": 0},
+        "sampler": {"name": "qmc" if args.search == "lr" else "grid", "seed": 0},
         "stages": [{"width": args.small_width}, {"top_k": args.top_k}],
         "pruner": {"enabled": True, "min_fraction": 0.1, "reference": {"online": True, "min_trials": 3}},
         "resources": {"cpu": 1},
@@ -60,7 +67,7 @@ def stages_doc(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
 
 
-def full_doc(stages: dict[str, Any], lrs: list[float], out: Path, seed: int) -> dict[str, Any]:
+def full_doc(stages: dict[str, Any], draws: list[dict[str, Any]], out: Path, seed: int) -> dict[str, Any]:
     """The full sweep at the target width for one training seed: stage 1's settings transferred, every one
     to the end (one sweep per seed, so a seed can be added later without retraining the others)."""
     doc = json.loads(json.dumps(stages))
@@ -69,7 +76,10 @@ def full_doc(stages: dict[str, Any], lrs: list[float], out: Path, seed: int) -> 
     doc["seeds"] = [seed]
     doc["model"]["base_width"] = stages["stages"][0]["width"]
     doc["model"]["base_depth"] = stages["model"]["depth"]
-    doc["space"] = {"lr": {"type": "categorical", "choices": lrs}}
+    (key,) = stages["space"]  # one searched hyperparameter: its transferred values, in stage 1's order
+    doc["space"] = {key: {"type": "categorical", "choices": [d[key] for d in draws]}}
+    if "lr" in doc["fixed"]:
+        doc["fixed"]["lr"] = draws[0].get("lr", doc["fixed"]["lr"])
     doc["sampler"] = {"name": "grid", "seed": 0}
     doc.pop("trials")
     doc["pruner"] = {"enabled": False}
@@ -113,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=48, help="target width")
     p.add_argument("--tpp", type=float, default=20.0)
     p.add_argument("--batch-tokens", type=int, default=2048)
+    p.add_argument("--search", choices=("lr", "batch_tokens"), default="lr",
+                   help="what stage 1 sweeps: the LR (QMC), or the batch sizes BATCH_CHOICES at --lr (the "
+                   "case where the transfer is expected to fail: B's optimum moves with D at fixed TPP)")
+    p.add_argument("--lr", type=float, default=0.03, help="stage 1's hidden LR with --search batch_tokens")
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -140,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     t_stages = time.time() - started
 
     draws = plan_draws(stage_sweep(sweep, 0))
-    lrs = [float(transfer_params(sweep, d)["lr"]) for d in draws]
+    moved = [transfer_params(sweep, {**stage_sweep(sweep, 0).fixed, **d}) for d in draws]
+    moved = [{k: v for k, v in m.items() if k in sdoc["space"] or k == "lr"} for m in moved]
     full_seeds = list(args.full_seeds if args.full_seeds is not None else args.seeds)
     per_seed: list[dict[int, dict[str, Any]]] = []
     full_tokens = []
     for seed in full_seeds:
-        full = load_sweep(write_yaml(out / f"full-s{seed}.yaml", full_doc(sdoc, lrs, out, seed)))
+        full = load_sweep(write_yaml(out / f"full-s{seed}.yaml", full_doc(sdoc, moved, out, seed)))
         fstudy = run_sweep(full, locate(full), resume=(out / f"full-s{seed}" / "study.db").exists())
         per_seed.append(by_draw(fstudy))
         full_tokens.append(nd(fstudy)[1])
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = transfer_rows(sweep, studies[0], studies[1])
     # full-sweep draw d = stage-1 draw d (grid order); the mean over the full sweep's seeds
     full_loss: dict[int, float | None] = {}
-    for d in range(len(lrs)):
+    for d in range(len(draws)):
         vals = [ps[d]["final_loss"] for ps in per_seed if d in ps and ps[d]["final_loss"] is not None]
         full_loss[d] = sum(vals) / len(vals) if len(vals) == len(per_seed) else None
     best_full = min(v for v in full_loss.values() if v is not None)
@@ -194,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "stage1_losses": {str(d): s1[d]["final_loss"] for d in sorted(s1)},
         "stage1_scores": {str(d): s1[d]["score"] for d in sorted(s1)},
         "stage2_losses": {str(r["stage1_draw"]): r["final_loss_2"] for r in rows},
-        "lrs_stage1": [float(d["lr"]) for d in draws], "wall_s": {"stages": t_stages, "total": t_all},
+        "search": args.search, "draws_stage1": draws, "wall_s": {"stages": t_stages, "total": t_all},
     }
     (out / "stages.json").write_text(json.dumps(res, indent=1))
     md = table(res)
@@ -212,8 +227,8 @@ def table(r: dict[str, Any]) -> str:
     met_regret = r["regret"] <= 0.003
     met_compute = r["compute_nd"]["fraction"] <= 0.30
     lines = [
-        f"widths {r['widths'][0]} → {r['widths'][1]}, {r['trials']} LRs × seeds {r['seeds']} (full sweep: "
-        f"seeds {r['full_seeds']}), "
+        f"widths {r['widths'][0]} → {r['widths'][1]}, {r['trials']} {r['search']} settings × seeds "
+        f"{r['seeds']} (full sweep: seeds {r['full_seeds']}), "
         f"top {r['top_k']}, {r['tpp']:g} TPP, B = {r['batch_tokens']}; "
         f"wall {r['wall_s']['total'] / 60:.1f} min",
         "",

@@ -1,4 +1,4 @@
-"""Sweeps with ``stages:`` end to end through Ray Tune: the README's example file, and resume between stages."""
+"""Sweeps with ``stages:`` end to end through Ray Tune: the example file, and resume between stages."""
 
 from __future__ import annotations
 

@@ -198,15 +198,15 @@ def test_top_settings_rank_by_final_or_predicted_loss() -> None:
 def test_a_draw_has_a_final_loss_only_when_every_seed_ended() -> None:
     from collapse_hpo.hpo.stages import draw_scores
 
-    study = _study("s", [1.5, 2.0, 2.2], [0.01, 0.01, 0.02])
-    seeds = {0: (0, 0), 1: (0, 1), 2: (1, 0)}  # trial -> (draw, seed)
-    for t in study.get_trials():
-        study._storage.set_trial_user_attr(t._trial_id, "draw", seeds[t.number][0])
-        study._storage.set_trial_user_attr(t._trial_id, "seed", seeds[t.number][1])
-    pruned = optuna.trial.create_trial(
-        params={"lr": 0.02}, distributions={"lr": optuna.distributions.FloatDistribution(1e-4, 1.0)},
-        user_attrs={"draw": 1, "seed": 1, "predicted_final_loss": 3.0}, state=optuna.trial.TrialState.PRUNED)
-    study.add_trial(pruned)
+    study = optuna.create_study()
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0)}
+    for draw, seed, loss in ((0, 0, 1.5), (0, 1, 2.0), (1, 0, 2.2), (1, 1, None)):
+        attrs: dict[str, Any] = {"draw": draw, "seed": seed}
+        if loss is None:
+            attrs["predicted_final_loss"] = 3.0
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 0.01 * (draw + 1)}, distributions=dist, value=loss, user_attrs=attrs,
+            state=optuna.trial.TrialState.PRUNED if loss is None else optuna.trial.TrialState.COMPLETE))
     scores = draw_scores(study)
     assert scores[0]["final_loss"] == pytest.approx(1.75) and scores[0]["complete_seeds"] == 2
     # Draw 1: seed 0 ended at 2.2, seed 1 was pruned: no final loss (one seed is not the mean of two).

@@ -410,8 +410,8 @@ def stages_summary(sweep: SweepConfig, study1: optuna.Study, study2: optuna.Stud
         lines.append(f"rank agreement: Spearman ρ = {rho:.2f} between stage-1 and stage-2 final losses of "
                      f"the {n} settings both stages trained to the end")
     else:
-        lines.append(f"rank agreement: Spearman ρ needs 3 settings trained to the end in both stages; {n} "
-                     "were (raise stages[1].top_k)")
+        lines.append(f"rank agreement: Spearman ρ needs 3 settings trained to the end (every seed) in both "
+                     f"stages; {n} were")
     done = [r for r in rows if r["final_loss_2"] is not None]
     if done:
         win = min(done, key=lambda r: r["final_loss_2"])

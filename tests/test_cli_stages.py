@@ -55,6 +55,10 @@ def test_stages_example_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert "== stage 1 of 2" in rep and "== stage 2 of 2" in rep and "== stages" in rep
     assert "transfer: stage 1 (width 16) → stage 2 (width 32)" in rep and "rank agreement" in rep
     assert (results / "transfer.csv").is_file()
+    # `dashboard` publishes both stages, stage 2 with stage 1's study as its reference.
+    assert cli.main(["dashboard", str(EXAMPLE), "--results", str(results), "--publish-only"]) == 0
+    dash = capsys.readouterr().out
+    assert "study 'stages-stage1'" in dash and "reference: study:stages-stage1(" in dash
 
 
 @pytest.mark.slow

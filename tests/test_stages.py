@@ -232,5 +232,5 @@ def test_report_shows_the_transfer_and_the_rank_agreement() -> None:
     assert "% of a full sweep of stage 1's 6 settings at width 64" in text
     # Two settings trained to the end in both stages: ρ is not given, and the report says why.
     s2b = _study("st-stage2", [2.9, None, 1.5], [0.005, 0.01, 0.0025], {STAGE_PLAN_ATTR: plan1})
-    assert "ρ needs 3 settings trained to the end in both stages; 2 were" in "\n".join(
+    assert "ρ needs 3 settings trained to the end (every seed) in both stages; 2 were" in "\n".join(
         stages_summary(sweep, s1, s2b))

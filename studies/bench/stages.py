@@ -6,8 +6,9 @@ One command trains three things and prints the figures (also written to ``<out>/
 1. a sweep with stages: stage 1 sweeps ``--trials`` LRs (QMC) at a small width, stage 2 trains its
    ``--top-k`` best at the target width, pruned by the collapse pruner with stage 1's study as reference;
 2. the truth: the same settings (stage 1's draws, LR transferred by width₁/width₂ as stage 2 does) at the
-   target width, every one trained to the end (grid sampler over those LRs, pruning off);
-3. nothing else: the figures compare 1 with 2.
+   target width, every one trained to the end (grid sampler over those LRs, pruning off), per seed;
+3. the same settings at the small width, every one to the end (stage 1 prunes most), per seed: the rank
+   agreement of the whole space across sizes.
 
 Figures: Spearman ρ between stage-1 and stage-2 final losses of the settings both trained to the end, and of
 stage 1 against the full sweep (all settings stage 1 trained to the end); the regret of the stage-2 winner
@@ -164,6 +165,17 @@ def main(argv: list[str] | None = None) -> int:
         fstudy = run_sweep(full, locate(full), resume=(out / f"full-s{seed}" / "study.db").exists())
         per_seed.append(by_draw(fstudy))
         full_tokens.append(nd(fstudy)[1])
+    # Stage 1's settings at the small width, every one to the end (stage 1 prunes most of them): the rank
+    # agreement of the whole space across sizes, against the full target-width sweep, seed by seed.
+    small_losses: list[dict[int, Any]] = []
+    for seed in full_seeds:
+        sd = stage_sweep(sweep, 0).to_jsonable()
+        sd.pop("source")
+        sd.update(name=f"bench-small-s{seed}", seeds=[seed], results=str(out / f"small-s{seed}"),
+                  pruner={"enabled": False})
+        small = load_sweep(write_yaml(out / f"small-s{seed}.yaml", sd))
+        sstudy = run_sweep(small, locate(small), resume=(out / f"small-s{seed}" / "study.db").exists())
+        small_losses.append(by_draw(sstudy))
     t_all = time.time() - started
 
     s1 = by_draw(studies[0])
@@ -185,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     rho1f = spearman([s1[d]["final_loss"] for d in common], [full_loss[d] for d in common])
     scored = [d for d in s1 if full_loss.get(d) is not None]
     rho1f_score = spearman([s1[d]["score"] for d in scored], [full_loss[d] for d in scored])
+    small_loss: dict[int, float | None] = {}
+    for d in range(len(draws)):
+        vals = [ps[d]["final_loss"] for ps in small_losses if d in ps and ps[d]["final_loss"] is not None]
+        small_loss[d] = sum(vals) / len(vals) if len(vals) == len(small_losses) else None
+    both_sf = [d for d in small_loss if small_loss[d] is not None and full_loss.get(d) is not None]
+    rho_sf = spearman([small_loss[d] for d in both_sf], [full_loss[d] for d in both_sf])
+    best_small = min(both_sf, key=lambda d: small_loss[d])  # type: ignore[arg-type,return-value]
+    regret_small = (full_loss[best_small] - best_full) / best_full  # type: ignore[operator]
     rho2f = spearman([r["final_loss_2"] for r in done2], [full_loss[int(r["stage1_draw"])] for r in done2])
     c1, c2 = nd(studies[0]), nd(studies[1])
     cf = (full_sweep_compute(sweep, studies[0]), sum(full_tokens) / len(full_tokens) * len(args.seeds))
@@ -200,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         "rho_stage1_stage2": rho12, "n_stage1_stage2": len(both12),
         "rho_stage1_full": rho1f, "n_stage1_full": len(common),
         "rho_stage1_score_full": rho1f_score, "n_stage1_score_full": len(scored),
+        "rho_small_full": rho_sf, "n_small_full": len(both_sf), "small_best_draw": best_small,
+        "regret_small_best": regret_small,
+        "small_losses": {str(d): small_loss[d] for d in sorted(small_loss)},
         "rho_stage2_full": rho2f, "n_stage2_full": len(done2),
         "winner_stage1_draw": win_draw, "winner_full_loss": full_loss[win_draw],
         "best_full_draw": best_full_draw, "best_full_loss": best_full, "regret": regret,
@@ -240,6 +263,10 @@ def table(r: dict[str, Any]) -> str:
         f"(n = {r['n_stage1_full']}) |",
         f"| Spearman ρ stage-1 score (pruned: predicted final loss) vs full sweep | "
         f"{_f(r['rho_stage1_score_full'], '.2f')} (n = {r['n_stage1_score_full']}) |",
+        f"| Spearman ρ small-width sweep (every setting to the end) vs full sweep | "
+        f"{_f(r['rho_small_full'], '.2f')} (n = {r['n_small_full']}) |",
+        f"| small-width best (draw) → its regret at the target (no stage 2) | {r['small_best_draw']} → "
+        f"{100 * r['regret_small_best']:.2f}% |",
         f"| Spearman ρ stage 2 vs full sweep | {_f(r['rho_stage2_full'], '.2f')} "
         f"(n = {r['n_stage2_full']}) |",
         f"| stage 2 took draws / true top {r['top_k']} | {r['stage2_draws']} / {r['true_top_k']} |",

@@ -15,8 +15,8 @@ Stage 1 sweeps the search space at a small shape (``stages[0].width``, ``.depth`
   target's TPP when ``tau: optimal`` (`predictors.timescale.derive_decay`, through the trainer's own
   `plan`).
 - **Everything else** (batch_tokens, warmup, schedule fields, seeds) is carried as is. That is a choice, not
-  a law: the batch size's optimum moves with D at fixed TPP (Celerity scaled B ∝ D^0.5), so a batch-size
-  sweep at stage 1 does not transfer (BENCHMARKS.md §8).
+  a law: the batch size's optimum is expected to move with D at fixed TPP (Celerity scaled B ∝ D^0.5), so a
+  batch-size sweep at stage 1 need not transfer (not reproduced at CPU scale: BENCHMARKS.md §8).
 
 Stages are stored as **two Optuna studies** in the sweep's storage, ``<name>-stage1`` and ``<name>-stage2``
 (results in ``<results>/stage1`` and ``<results>/stage2``). Why two and not one study with a stage attr:

@@ -25,6 +25,9 @@ never creates anything. Example::
     trials: 12
     sampler: {name: qmc, seed: 0}
     pruner: {enabled: true, min_fraction: 0.2, reference: {online: true, min_trials: 2}}
+
+A sweep may have ``stages:`` (multi-fidelity across sizes, `StageSpec`): stage 1 sweeps the space at a small
+``width``; stage 2 takes stage 1's ``top_k`` settings to the target shape (``model``). See hpo/stages.py.
 """
 
 from __future__ import annotations
@@ -311,6 +314,33 @@ class FaultSpec(_Strict):
         return self
 
 
+class StageSpec(_Strict):
+    """One stage of a multi-fidelity sweep (``stages:``, exactly two; hpo/stages.py runs them).
+
+    Stage 1 sweeps the search space at a small shape: ``width`` (required) and ``depth`` (default: the
+    model's). Stage 2 trains stage 1's ``top_k`` best settings at the target shape, which is ``model`` (so it
+    takes no ``width``/``depth``): the LR is transferred as CompleteP prescribes and λ re-derived to hold τ.
+    Either stage may give its own token budget, ``tpp`` or ``total_tokens`` (default: the sweep's).
+    """
+
+    width: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
+    depth: int | None = Field(default=None, gt=0, le=MAX_MODEL_DIM)
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
+    tpp: float | None = Field(default=None, gt=0, le=MAX_TPP, allow_inf_nan=False)
+    total_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _budget(self) -> StageSpec:
+        if self.tpp is not None and self.total_tokens is not None:
+            raise ValueError("give at most one of 'tpp' and 'total_tokens' for a stage")
+        return self
+
+
+# Suffix of each stage's study name (``<name>-stage1``, ``<name>-stage2``); the longest name it may extend.
+STAGE_SUFFIX = "-stage"
+MAX_STAGED_NAME = MAX_NAME - len("-noprune" + STAGE_SUFFIX + "9")
+
+
 class SweepConfig(_Strict):
     """A validated sweep file. Build it with `load_sweep`; ``source`` is the file it came from."""
 
@@ -334,6 +364,7 @@ class SweepConfig(_Strict):
     heartbeat: HeartbeatSpec = Field(default_factory=HeartbeatSpec)
     train: TrainSpec = Field(default_factory=TrainSpec)
     faults: list[FaultSpec] = Field(default_factory=list)
+    stages: list[StageSpec] | None = None
     source: str | None = None
 
     @field_validator("schedule")
@@ -441,7 +472,47 @@ class SweepConfig(_Strict):
         if self.n_trials > MAX_TRIALS:
             raise _FieldError("trials", f"{self.n_draws} draws × {len(self.seeds)} seeds = {self.n_trials} "
                               f"trials; at most {MAX_TRIALS}")
+        if self.stages is not None:
+            self._check_stages(self.stages)
         return self
+
+    def _check_stages(self, stages: list[StageSpec]) -> None:
+        """``stages:``: two stages, a small sweep then its top_k at the target shape (``model``)."""
+        if len(stages) != 2:
+            raise _FieldError("stages", f"give exactly 2 stages (a sweep at a small width, then its top_k at "
+                              f"the model's width); got {len(stages)}")
+        first, last = stages
+        if first.width is None:
+            raise _FieldError("stages.0.width", "is needed: the small width stage 1 sweeps at")
+        if first.top_k is not None:
+            raise _FieldError("stages.0.top_k", "belongs to stage 2 (stage 1 sweeps the whole space)")
+        for key in ("width", "depth"):
+            if getattr(last, key) is not None:
+                raise _FieldError(f"stages.1.{key}", f"stage 2 trains the target shape: set model.{key} "
+                                  "instead")
+        if last.top_k is None:
+            raise _FieldError("stages.1.top_k", "is needed: how many of stage 1's best settings to take")
+        if last.top_k > self.n_draws:
+            raise _FieldError("stages.1.top_k", f"{last.top_k} is more than the {self.n_draws} settings "
+                              "stage 1 sweeps; lower it or raise trials")
+        heads = self.model.heads
+        if first.width % heads or (first.width // heads) % 2:
+            raise _FieldError("stages.0.width", f"{first.width} must be a multiple of 2 × model.heads "
+                              f"({2 * heads}): the same heads at every width, each of even size (RoPE)")
+        small = (first.width, first.depth or self.model.depth)
+        if small[0] > self.model.width or small[1] > self.model.depth or small == (self.model.width,
+                                                                                   self.model.depth):
+            raise _FieldError("stages.0.width", f"stage 1's shape (width {small[0]}, depth {small[1]}) must "
+                              f"be smaller than the target model (width {self.model.width}, depth "
+                              f"{self.model.depth})")
+        for key in ("width", "depth"):
+            if key in self.fixed or key in self.space:
+                where = "space" if key in self.space else "fixed"
+                raise _FieldError(f"{where}.{key}", "cannot be set in a sweep with stages (each stage has "
+                                  "its shape); drop it")
+        if len(self.name) > MAX_STAGED_NAME:
+            raise _FieldError("name", f"at most {MAX_STAGED_NAME} characters with stages (each stage's study "
+                              f"is named '<name>{STAGE_SUFFIX}N')")
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -524,7 +595,7 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
         ann = field.annotation
         nxt = None
         for cand in (ModelSpec, Distribution, ReferenceSpec, PrunerSpec, SamplerSpec, ResourcesSpec,
-                     ExecutorSpec, HeartbeatSpec, TrainSpec, FaultSpec):
+                     ExecutorSpec, HeartbeatSpec, TrainSpec, FaultSpec, StageSpec):
             if ann is cand or cand.__name__ in str(ann):
                 nxt = cand
                 break

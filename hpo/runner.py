@@ -139,6 +139,8 @@ def _sweep_fingerprint(sweep: SweepConfig) -> dict[str, Any]:
     d = masked_sweep(sweep)
     for key in RUNTIME_FIELDS:
         d.pop(key, None)
+    if d.get("stages") is None:  # a sweep without stages keeps the fingerprint it had before they existed
+        d.pop("stages", None)
     return d
 
 
@@ -206,8 +208,12 @@ def plan_order_study(study: optuna.Study, storage: Any) -> optuna.Study:
                           pruner=study.pruner)
 
 
-def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
-    """Create the sweep's study (refusing to overwrite one) and store the plan as WAITING trials."""
+def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, Any]] | None = None,
+                 attrs: dict[str, Any] | None = None) -> optuna.Study:
+    """Create the sweep's study (refusing to overwrite one) and store the plan as WAITING trials.
+
+    ``plan``: the draws to train instead of the sampler's (`plan_draws`), e.g. stage 2 of a sweep with stages
+    (hpo/stages.py); ``attrs``: more study user attrs, written before the plan is queued."""
     import optuna
 
     from collapse_hpo.hpo.trial import open_storage
@@ -223,13 +229,15 @@ def create_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
             f"with `collapse-hpo resume {sweep.source}`, or give --results DIR for a new sweep") from None
     study.set_user_attr(SWEEP_ATTR, _sweep_fingerprint(sweep))
     study.set_user_attr(PRUNE_ATTR, loc.prune)
+    for key, value in (attrs or {}).items():
+        study.set_user_attr(key, value)
     from collapse_hpo.hpo.pruner import record_warning, tpe_startup_warning
 
     startup = tpe_startup_warning(study.sampler, sweep.n_draws)
     if startup is not None:
         record_warning(study, startup)
-    if sweep.planned:
-        for draw, params in enumerate(plan_draws(sweep)):
+    if plan is not None or sweep.planned:
+        for draw, params in enumerate(plan if plan is not None else plan_draws(sweep)):
             for seed in sweep.seeds:
                 study.enqueue_trial(params, user_attrs={"draw": draw, "seed": seed, "attempt": 0})
     return plan_order_study(study, storage)
@@ -672,9 +680,11 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     return LaunchResult(searcher.fatal if searcher is not None else None, memory_kill)
 
 
-def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
-              out: Any = None) -> optuna.Study:
+def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False, out: Any = None,
+              plan: list[dict[str, Any]] | None = None, attrs: dict[str, Any] | None = None) -> optuna.Study:
     """Create (``run``) or continue (``resume``) the sweep at ``loc`` and run it to the end.
+
+    ``plan`` and ``attrs`` go to `create_study` (a new sweep only).
 
     Nothing is created when the file, the reference, the storage or the results folder is bad (InputError
     from `collapse_hpo.hpo.preflight`). One driver per sweep: the lease (`collapse_hpo.hpo.lease`) is held
@@ -701,18 +711,20 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False,
                        where=str(sweep.source))
     lease.acquire(on_wait=lambda line: print(line, file=out or sys.stdout, flush=True))
     try:
-        return _run_locked(sweep, loc, resume=resume, out=out)
+        return _run_locked(sweep, loc, resume=resume, out=out, plan=plan, attrs=attrs)
     finally:
         lease.release()
 
 
-def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: Any) -> optuna.Study:
+def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: Any,
+                plan: list[dict[str, Any]] | None = None,
+                attrs: dict[str, Any] | None = None) -> optuna.Study:
     if resume:
         study = open_study(sweep, loc)
         loc = SweepLocation(loc.results, loc.storage_url, loc.study_name,
                             bool(study.user_attrs.get(PRUNE_ATTR, loc.prune)))
     else:
-        study = create_study(sweep, loc)
+        study = create_study(sweep, loc, plan, attrs)
     progress = Progress(unpruned_tokens(sweep, study), out=out)
     if resume:
         progress.seed_from([t for t in study.get_trials(deepcopy=False)

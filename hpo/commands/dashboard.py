@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies: list[optuna.Study] = []
     reference = None
+    references: dict[str, object] = {}
     if args.sweep is not None:
         from pathlib import Path
 
@@ -62,8 +63,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run "
                              f"{sweep.source}` first")
         try:
-            studies = [optuna.load_study(study_name=loc.study_name, storage=url)]
-            reference = sweep.pruner.reference.spec(sweep.base_dir())
+            if sweep.stages:  # a sweep with stages: both stage studies, stage 2 judged against stage 1
+                studies, references = _stage_studies(sweep, args, url)
+            else:
+                studies = [optuna.load_study(study_name=loc.study_name, storage=url)]
+                reference = sweep.pruner.reference.spec(sweep.base_dir())
         except KeyError:
             raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {mask_url(url)} yet: run "
                              f"`collapse-hpo run {sweep.source}` first") from None
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         studies = [optuna.load_study(study_name=s.study_name, storage=url) for s in summaries]
     if not args.no_publish:
         for study in studies:
-            result = dashboard.publish(study, reference=reference)
+            result = dashboard.publish(study, reference=references.get(study.study_name, reference))
             print(f"published to study {study.study_name!r}: figure {result.figure_id!r}, "
                   f"{result.trial_notes} trial note(s) updated; reference: {result.reference}")
     if args.publish_only:
@@ -89,6 +93,22 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dict[str, object]]:
+    """The studies of a sweep with stages that exist (KeyError when stage 1 does not) and the reference
+    each was judged with: the file's for stage 1, stage 1's study for stage 2 (hpo/stages.py)."""
+    import optuna
+
+    from collapse_hpo.hpo.stages import stage_locations
+
+    locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
+    studies = [optuna.load_study(study_name=locs[0].study_name, storage=url)]
+    references: dict[str, object] = {locs[0].study_name: sweep.pruner.reference.spec(sweep.base_dir())}
+    if locs[1].study_name in optuna.get_all_study_names(url):
+        studies.append(optuna.load_study(study_name=locs[1].study_name, storage=url))
+        references[locs[1].study_name] = {"study": locs[0].study_name, "storage": url}
+    return studies, references
 
 
 def _sqlite_file_exists(url: str) -> bool:

@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     _check_results_folder(args.results)
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     check_for_report(sweep, loc.results, loc.storage_url)
+    if sweep.stages:
+        return _report_staged(sweep, loc, args)
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
         from collapse_hpo.predictors.errors import InputError
 
@@ -37,6 +39,21 @@ def run(args: argparse.Namespace) -> int:
     study = open_study(sweep, loc)
     clean_stale_tmp(loc.results)
     return finish(study, sweep, loc)
+
+
+def _report_staged(sweep, loc, args: argparse.Namespace) -> int:
+    """`report` of a sweep with ``stages:``: both stages' tables, the transfer and the rank agreement."""
+    from collapse_hpo.hpo.stages import finish_stages, open_stages, stage_locations
+    from collapse_hpo.predictors.atomic import clean_stale_tmp
+
+    if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
+        from collapse_hpo.predictors.errors import InputError
+
+        raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
+    locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
+    studies = open_stages(sweep, locs)
+    clean_stale_tmp(loc.results)
+    return finish_stages(sweep, locs, studies)
 
 
 def _check_results_folder(results: str | None) -> None:

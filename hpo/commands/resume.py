@@ -22,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.runner import locate, run_sweep
 
     sweep = load_sweep(args.sweep)
+    if sweep.stages:
+        from collapse_hpo.hpo.commands.run import run_staged
+
+        return run_staged(sweep, args, resume=True)
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=True)
     return finish(study, sweep, loc)

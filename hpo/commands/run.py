@@ -25,9 +25,20 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.runner import locate, run_sweep
 
     sweep = load_sweep(args.sweep)
+    if sweep.stages:
+        return run_staged(sweep, args, resume=False)
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=False)
     return finish(study, sweep, loc)
+
+
+def run_staged(sweep, args: argparse.Namespace, *, resume: bool) -> int:
+    """`run` / `resume` of a sweep with ``stages:`` (hpo/stages.py): both stages, then their report."""
+    from collapse_hpo.hpo.stages import finish_stages, run_stages, stage_locations
+
+    locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
+    studies = run_stages(sweep, args.results, no_prune=args.no_prune, resume=resume)
+    return finish_stages(sweep, locs, list(studies))
 
 
 def finish(study, sweep, loc) -> int:

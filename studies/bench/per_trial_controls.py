@@ -51,7 +51,11 @@ sys.path.insert(0, str(HERE))
 import pruning_rule  # noqa: E402
 
 from collapse_hpo.hpo import peers  # noqa: E402
+from collapse_hpo.hpo.decision import PruneSettings  # noqa: E402
+from collapse_hpo.hpo.judge import Judge, TrialView  # noqa: E402
+from collapse_hpo.hpo.record import DecisionEntry, TrialControls  # noqa: E402
 from collapse_hpo.hpo.replay import (  # noqa: E402
+    STEP_SCALE,
     ReplayResult,
     Summary,
     Sweep,
@@ -71,6 +75,72 @@ ALL_SWEEPS = (*RANDOM_SWEEPS, *LAMBDA_SWEEPS)
 OURS = ("collapse", "collapse-online")
 #: Sweeps on which the rule's changes were chosen (in sample); the others are out of sample.
 DEVELOPMENT = ("random_s0",)
+
+
+class DirectCollapse:
+    """Our CollapsePruner's judgements in a replay, without the Optuna study around them.
+
+    The same ``Judge`` (hpo/judge.py) and rule (hpo/decision.py) as ``peers.collapse_factory``, fed the same
+    trial views: trials numbered in start order, steps in thousandths of training (t̂ = step / 1000), controls
+    as ``set_trial_controls`` stores them (the schedule through its dict), decision entries through their
+    stored form, competitors in trial-number order. What it skips is the in-memory Optuna storage, which
+    rebuilds every trial's record at every judgement and takes most of the replay time on 48-trial sweeps.
+    ``tests/test_bench_per_trial_controls.py`` checks that it stops every trial at the same report as the
+    real pruner. A fixed surrogate only (``collapse-online`` needs the study: use the peers' factory).
+    """
+
+    def __init__(self, name: str, surrogate: Any, **settings: Any) -> None:
+        self.name, self.surrogate = name, surrogate
+        judge_every = settings.pop("judge_every", 0.02)
+        self.judge = Judge(PruneSettings(**settings), judge_every=judge_every)
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        """Forget every trial."""
+        self.sweep = sweep
+        self.steps = sweep.steps.astype(float)
+        self.number: dict[int, int] = {}  # sweep index -> trial number (start order)
+        self.state: dict[int, str] = {}
+        self.upto: dict[int, int] = {}  # grid points reported so far
+        self.logs: dict[int, list[DecisionEntry]] = {}
+        self.controls: dict[int, TrialControls] = {}
+
+    def start(self, trial: int) -> None:
+        """The trial is numbered and its controls recorded as the pruner reads them back."""
+        c = self.sweep.curves[trial]
+        self.number[trial] = len(self.number)
+        self.state[trial], self.upto[trial], self.logs[trial] = "running", 0, []
+        sched = None if c.schedule is None else c.schedule.to_dict()
+        self.controls[trial] = TrialControls.check(
+            total_tokens=STEP_SCALE, schedule=sched, tau=c.tau, tpp=c.tpp, where=f"trial {trial}"
+        )
+
+    def _view(self, trial: int) -> TrialView:
+        n = self.upto[trial]
+        steps = self.steps[:n]
+        final = float(self.sweep.finals[trial]) if self.state[trial] == "complete" else None
+        return TrialView(self.number[trial], self.state[trial], steps, steps / STEP_SCALE,
+                         self.sweep.losses[trial, :n], self.controls[trial], final, tuple(self.logs[trial]))
+
+    def report(self, trial: int, index: int) -> bool:
+        """Judge the trial at its new report, as ``CollapsePruner.prune`` does."""
+        self.upto[trial] = index + 1
+
+        def others() -> list[TrialView]:
+            return [self._view(t) for t in sorted(self.number, key=self.number.__getitem__)]
+
+        verdict = self.judge.judge(self._view(trial), others, lambda: (self.surrogate, "surrogate"))
+        if verdict.entry is not None:
+            self.logs[trial].append(DecisionEntry.from_dict(verdict.entry.to_dict()))
+        return verdict.prune
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        """The trial ends pruned, or complete with its final loss."""
+        self.state[trial] = "pruned" if pruned else "complete"
+
+
+def direct_factory(name: str, surrogate: Any, **settings: Any):
+    """A factory of ``DirectCollapse`` (one fresh object per replayed order)."""
+    return lambda: DirectCollapse(name, surrogate, **dict(settings))
 
 
 def log(msg: str) -> None:
@@ -195,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         sw = load_sweep(name)
         t0 = time.time()
         surrogate, ref_what = reference_for(name, refs)
-        facs = [peers.factory("collapse", surrogate=surrogate)]
+        facs = [direct_factory("collapse", surrogate, **peers.COLLAPSE_SETTINGS["collapse"])]
         peer_sums: list[Summary] = []
         if not args.no_peers:
             peer_sums, _ = run(sw, [peers.factory(n) for n in names], args.orders, args.workers)

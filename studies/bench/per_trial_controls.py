@@ -10,12 +10,13 @@ Sweeps (50 report points per trial, ``--orders`` random trial orders, ``--worker
 - ``lr_lambda_s0/s1``, ``bs_lambda_s0/s1``: the 99K λ-fixed sweeps of BENCHMARKS.md §5/§6 (λ fixed, so τ
   moves with the LR or batch; warm-up and schedule shared).
 
-Ours, two references:
+Ours, with two kinds of reference:
 
-- ``collapse``: a fixed reference calibrated once. For a random sweep it is the *other* random sweep (a
-  previous sweep of the same kind, the issue's "surrogate calibrated on half of the runs"): random_s0 is
-  judged with a surrogate calibrated on random_s1 and the reverse. For a λ-fixed sweep it is the collapse
-  family of its set (as in studies/bench/pruning_rule.py).
+- ``collapse`` (defaults) and ``collapse-tuned`` (confidence 0.7, chosen in an earlier stop on the 25K
+  τ-held sweeps: out of sample for every sweep here), with a fixed reference calibrated once. For a random
+  sweep it is the *other* random sweep (a previous sweep of the same kind, the issue's "surrogate calibrated
+  on half of the runs"): random_s0 is judged with a surrogate calibrated on random_s1 and the reverse. For a
+  λ-fixed sweep it is the collapse family of its set (as in studies/bench/pruning_rule.py).
 - ``collapse-online``: calibrated on the sweep's own completed trials (no reference). It refits whenever the
   set of completed trials changes, which today takes most of the replay time (the replay-speed bullet of
   issue 15 is another change): ``--online-orders`` replays it on fewer orders than the rest (stated in the
@@ -72,7 +73,7 @@ REPORTS = 50
 RANDOM_SWEEPS = ("random_s0", "random_s1")
 LAMBDA_SWEEPS = ("lr_lambda_s0", "lr_lambda_s1", "bs_lambda_s0", "bs_lambda_s1")
 ALL_SWEEPS = (*RANDOM_SWEEPS, *LAMBDA_SWEEPS)
-OURS = ("collapse", "collapse-online")
+OURS = ("collapse", "collapse-tuned", "collapse-online")
 #: Sweeps on which the rule's changes were chosen (in sample); the others are out of sample.
 DEVELOPMENT = ("random_s0",)
 
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         sw = load_sweep(name)
         t0 = time.time()
         surrogate, ref_what = reference_for(name, refs)
-        facs = [direct_factory("collapse", surrogate, **peers.COLLAPSE_SETTINGS["collapse"])]
+        facs = [direct_factory(n, surrogate, **peers.COLLAPSE_SETTINGS[n]) for n in OURS[:2]]
         peer_sums: list[Summary] = []
         if not args.no_peers:
             peer_sums, _ = run(sw, [peers.factory(n) for n in names], args.orders, args.workers)
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             decisions[me.pruner] += [f for r in details[me.pruner] for f in r.decision_fractions]
             cheap, met = verdict(me, peer_sums) if peer_sums else ("-", "no peers replayed")
             dec = "-" if n == 0 else f"{q25:.2f} / {q50:.2f} / {q75:.2f} ({n})"
-            what = me.pruner + (f" (reference: {ref_what})" if me.pruner == "collapse" else "")
+            what = me.pruner + ("" if me.pruner == "collapse-online" else f" (reference: {ref_what})")
             lines.append(
                 f"| {name} ({sample}) | {sw.n_trials} | {what} | {me.orders} | {me.compute:.3f} "
                 f"| {me.best_pruned_rate:.2f} | {me.relative_regret:.3%} | {dec} | {cheap} | {met} |"

@@ -31,8 +31,8 @@ Usage::
     .venv/bin/python studies/bench/per_trial_controls.py                   # 20 orders (online: 5)
     .venv/bin/python studies/bench/per_trial_controls.py --orders 5 --sweeps random_s0
 
-Writes ``per_trial_controls.{md,csv,png}`` and ``per_trial_controls_decisions.png`` to ``--out`` and prints
-the markdown. Every figure is measured in the run.
+Writes ``per_trial_controls[_<tag>].{md,csv,png}`` and ``per_trial_controls[_<tag>]_decisions.png`` to
+``--out`` and prints the markdown. Every figure is measured in the run.
 """
 
 from __future__ import annotations
@@ -247,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweeps", nargs="+", default=list(ALL_SWEEPS), choices=ALL_SWEEPS)
     ap.add_argument("--no-peers", action="store_true", help="replay ours only (development runs)")
     ap.add_argument("--out", default=str(ART), help="folder for per_trial_controls.{md,csv,png}")
+    ap.add_argument("--tag", default="", help="suffix of the output names (per_trial_controls_<tag>.md, ...)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    stem = "per_trial_controls" + (f"_{args.tag}" if args.tag else "")
     given = " ".join(argv if argv is not None else sys.argv[1:])
     t_start = time.time()
     names = [n for n in peers.PEERS if n != "none"]
@@ -305,15 +307,15 @@ def main(argv: list[str] | None = None) -> int:
             md.append(f"Decision times of {pruner}, all sweeps: {len(dec)} prunes, t̂ quartiles "
                       f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f}.")
     md += ["", f"Time: {time.time() - t_start:.0f} s.", ""]
-    write_summary_csv(out / "per_trial_controls.csv", rows)
+    write_summary_csv(out / f"{stem}.csv", rows)
     if not args.no_peers:
-        plot_compute_regret(out / "per_trial_controls.png", [s for s in rows if s.sweep in RANDOM_SWEEPS],
-                            title=f"random-configuration sweeps: compute vs regret, {args.orders} orders")
+        plot_compute_regret(out / f"{stem}.png", rows,
+                            title=f"{', '.join(args.sweeps)}: compute vs regret, {args.orders} orders")
     if all_dec:
-        plot_decisions(out / "per_trial_controls_decisions.png", decisions,
+        plot_decisions(out / f"{stem}_decisions.png", decisions,
                        title="when ours pruned (t̂ of each prune), all sweeps and orders")
     text = "\n".join(md)
-    (out / "per_trial_controls.md").write_text(text)
+    (out / f"{stem}.md").write_text(text)
     print(text)
     return 0
 

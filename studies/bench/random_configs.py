@@ -105,6 +105,7 @@ def export(cache: Path, out: Path, specs: list[RunSpec], seeds: list[int], comma
     """Write ``curves_random_s<seed>.csv`` per sweep seed, ``runs_random.csv`` and the COMMAND file."""
     from collapse_hpo.predictors.atomic import atomic_write
 
+    out.mkdir(parents=True, exist_ok=True)
     curves = {c.run: c for c in load_family(cache, FAMILY)}
     written = []
     for s in seeds:

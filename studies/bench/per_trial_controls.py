@@ -198,6 +198,38 @@ def quartiles(details: list[ReplayResult]) -> tuple[float, float, float, int]:
     return float(q[0]), float(q[1]), float(q[2]), len(dec)
 
 
+def pair_errors(sweep: Sweep, surrogate: Any, fractions=(0.1, 0.2, 0.3, 0.5)) -> list[str]:
+    """How much the curves of a sweep cross: per fraction f of the report grid, over all pairs of trials, the
+    RMS error (log units) of the ratio of final losses estimated by the ratio of current losses (mean log over
+    [f/2, f]) and by the ratio of the surrogate's predictions from the points up to f (each trial with its own
+    controls); and the largest lead any trial had over the eventual best by each estimate (what a margin
+    must cover to keep the best). Markdown rows."""
+    from collapse_hpo.predictors.predict import predict_final_loss
+
+    fin = np.log(sweep.finals)
+    best = sweep.best
+    i, j = np.triu_indices(sweep.n_trials, 1)
+    rows = []
+    for f in fractions:
+        k = int(np.flatnonzero(sweep.grid >= f - 1e-9)[0])
+        ff = float(sweep.grid[k])
+        win = (sweep.grid >= 0.5 * ff - 1e-9) & (sweep.grid <= ff + 1e-9)
+        raw = np.log(sweep.losses[:, win]).mean(axis=1)
+        pred = np.full(sweep.n_trials, np.nan)
+        for n, c in enumerate(sweep.curves):
+            p = predict_final_loss(sweep.grid[: k + 1], sweep.losses[n, : k + 1], surrogate=surrogate,
+                                   schedule=c.schedule, tau=c.tau, tpp=c.tpp)
+            pred[n] = np.log(p.final_loss) if p.ok else np.nan
+        er = (raw[i] - raw[j]) - (fin[i] - fin[j])
+        es = (pred[i] - pred[j]) - (fin[i] - fin[j])
+        rows.append(
+            f"| {sweep.name} | {ff:.2f} | {np.sqrt(np.nanmean(er**2)):.3f} "
+            f"| {np.sqrt(np.nanmean(es**2)):.3f} "
+            f"| {np.nanmax(raw[best] - raw):.3f} | {np.nanmax(pred[best] - pred):.3f} |"
+        )
+    return rows
+
+
 def verdict(me: Summary, peers_: list[Summary]) -> tuple[str, str]:
     """(the cheapest peer that keeps the best in every order, met/MISSED of the target for ``me``)."""
     keepers = [s for s in peers_ if s.best_pruned_rate == 0]
@@ -258,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     refs: dict[str, Any] = {}
     rows: list[Summary] = []
     decisions: dict[str, list[float]] = {n: [] for n in OURS}
+    crossing: list[str] = []
     lines = [
         "| sweep | trials | ours | orders | compute | best cut | mean regret "
         "| prune t̂ q25 / median / q75 (n) "
@@ -289,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} ({sample}) | {sw.n_trials} | {what} | {me.orders} | {me.compute:.3f} "
                 f"| {me.best_pruned_rate:.2f} | {me.relative_regret:.3%} | {dec} | {cheap} | {met} |"
             )
+        if name in RANDOM_SWEEPS:
+            crossing += pair_errors(sw, surrogate)
         log(f"{name}: {len(mine) + len(peer_sums)} pruners in {time.time() - t0:.0f} s")
     md = [
         "# Per-trial controls: ours against every peer (studies/bench/per_trial_controls.py)",
@@ -306,6 +341,16 @@ def main(argv: list[str] | None = None) -> int:
             q = np.percentile(dec, [25, 50, 75])
             md.append(f"Decision times of {pruner}, all sweeps: {len(dec)} prunes, t̂ quartiles "
                       f"{q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f}.")
+    if crossing:
+        md += [
+            "",
+            "How much the curves cross (all pairs of trials; log units; surrogate = the fixed reference):",
+            "",
+            "| sweep | t̂ | pair error RMS, loss ratio | pair error RMS, surrogate "
+            "| largest lead over the best, loss ratio | largest lead over the best, surrogate |",
+            "|---|---:|---:|---:|---:|---:|",
+            *crossing,
+        ]
     md += ["", f"Time: {time.time() - t_start:.0f} s.", ""]
     write_summary_csv(out / f"{stem}.csv", rows)
     if not args.no_peers:

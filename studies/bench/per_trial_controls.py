@@ -5,8 +5,8 @@ Sweeps (50 report points per trial, ``--orders`` random trial orders, ``--worker
 
 - ``random_s0``, ``random_s1``: the random-configuration CPU sweeps of studies/bench/random_configs.py (48
   trials each: LR, λ, batch, warm-up fraction, schedule shape and seed drawn at random per trial; τ = B/(ηλD)
-  differs in every trial). Sweep seed 0 is the development sweep (the rule's changes were chosen on it and
-  on the 25K λ-fixed sweeps of artifacts/dev25k); sweep seed 1 is out of sample.
+  differs in every trial). Sweep seed 0 is reserved for development (a setting may be chosen on it and on
+  the 25K λ-fixed sweeps of artifacts/dev25k; none was in this change); sweep seed 1 is out of sample.
 - ``lr_lambda_s0/s1``, ``bs_lambda_s0/s1``: the 99K λ-fixed sweeps of BENCHMARKS.md §5/§6 (λ fixed, so τ
   moves with the LR or batch; warm-up and schedule shared).
 

@@ -519,6 +519,15 @@ def loss_log_ratio(
     return float(np.mean(np.log(y[keep]) - theirs))
 
 
+#: The paired comparison's predictions from a curve's points up to a fraction, memoized: one judgement
+#: predicts every competitor, and the same competitor at the same fraction is predicted again for every
+#: trial judged there. The key is the surrogate and schedule *objects* (kept in the entry and checked by
+#: identity, so a reused id never hits), τ, TPP, min_fraction and the points' bytes; a prediction is a pure
+#: function of these. Cleared when full.
+_PAIRED_PREDICTIONS: dict[tuple[Any, ...], tuple[Any, Any, float | None]] = {}
+_PAIRED_CACHE_SIZE = 100_000
+
+
 def _paired(
     t: np.ndarray,
     y: np.ndarray,
@@ -553,14 +562,23 @@ def _paired(
     def at(
         f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None
     ) -> float | None:
-        """A prediction from the points at t̂ <= f of one curve (None when it fails)."""
+        """A prediction from the points at t̂ <= f of one curve (None when it fails); memoized."""
         assert surrogate is not None
         keep = tt <= f + 1e-12
+        tk, yk = np.ascontiguousarray(tt[keep]), np.ascontiguousarray(yy[keep])
+        key = (id(surrogate), id(sched), ta, tp, settings.min_fraction, tk.tobytes(), yk.tobytes())
+        hit = _PAIRED_PREDICTIONS.get(key)
+        if hit is not None and hit[0] is surrogate and hit[1] is sched:
+            return hit[2]
         p = predict_final_loss(
-            tt[keep], yy[keep], surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
+            tk, yk, surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
             min_fraction=settings.min_fraction, confidence=settings.confidence,
         )
-        return float(p.final_loss) if p.ok else None
+        value = float(p.final_loss) if p.ok else None
+        if len(_PAIRED_PREDICTIONS) >= _PAIRED_CACHE_SIZE:
+            _PAIRED_PREDICTIONS.clear()
+        _PAIRED_PREDICTIONS[key] = (surrogate, sched, value)
+        return value
 
     bars: list[tuple[float, int, str]] = []
     n_paired = 0

@@ -81,11 +81,28 @@ def fit_surrogate(curves: list[Curve]) -> Surrogate:
 
     When every curve shares one (τ, TPP), each curve is its own held-out group, so the learned error model
     is out-of-sample across runs (calibrate's default groups by (τ, TPP) would leave a single group).
+
+    The held-out folds hold at least two groups each (``online_folds``): the paired error model
+    (``pair_bands``) is learned from two curves predicted by one fold's surrogate, and a sweep whose trials
+    all differ in τ (per-trial controls: a random search over lr, λ, batch) has one group per trial, so with
+    one group per fold it would have no pair_bands until 6 trials completed, and the paired comparison of
+    trials with other controls would not work before.
     """
     from collapse_hpo.predictors.calibrate import calibrate
 
     single = len({(c.tau, c.tpp) for c in curves}) == 1
-    return calibrate(curves, groups=[c.run for c in curves] if single else None).surrogate
+    groups = [c.run for c in curves] if single else [(c.tau, c.tpp) for c in curves]
+    return calibrate(curves, groups=groups, folds=online_folds(len(set(groups)))).surrogate
+
+
+#: At most this many held-out folds in an online fit (calibrate's default).
+MAX_ONLINE_FOLDS = 5
+
+
+def online_folds(n_groups: int) -> int:
+    """Held-out folds for an online fit of ``n_groups`` curve groups: as many as keep two groups in every
+    fold (at least 2 folds, at most ``MAX_ONLINE_FOLDS``), so that every fold can give paired errors."""
+    return max(2, min(MAX_ONLINE_FOLDS, n_groups // 2))
 
 
 class SurrogateReference:

@@ -309,3 +309,22 @@ def test_paired_keep_top_k_needs_k_rivals_that_beat_the_run():
     rivals = [rival(3.0, 1.0), rival(3.5, 1.0)]
     assert not judge_paired(t, y, rivals, keep_top_k=2).prune  # only one rival is better
     assert judge_paired(t, y, [*rivals, rival(3.05, 1.0)], keep_top_k=2).prune
+
+
+def test_paired_predictions_are_memoized_per_surrogate_and_schedule_object():
+    from dataclasses import replace as copy_with
+
+    from collapse_hpo.hpo import decision
+
+    decision._PAIRED_PREDICTIONS.clear()
+    t, y = distorted(3.09, 0.3)
+    rivals = [rival_other_tau(3.0, 1.0)]
+    first = judge_paired(t, y, rivals, margin=0.0)
+    cached = len(decision._PAIRED_PREDICTIONS)
+    assert cached == 1  # the rival's prediction at the common fraction (the trial's own is its decision's)
+    again = judge_paired(t, y, rivals, margin=0.0)
+    assert again == first and len(decision._PAIRED_PREDICTIONS) == cached  # served from the memo
+    # another surrogate object (here with another shape) is never served a cached prediction
+    other = copy_with(PAIRED, b_c=0.8)
+    d = judge_paired(t, y, rivals, surrogate=other, margin=0.0)
+    assert len(decision._PAIRED_PREDICTIONS) == cached + 1 and d.threshold != first.threshold

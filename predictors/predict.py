@@ -19,7 +19,10 @@ a prediction whose N, TPP or τ lies outside the reference ranges says so in ``e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -152,10 +155,70 @@ def predict_final_loss(
     [0, 1], p < ``min_fraction``, fewer than 3 points are in the window, or the surrogate cannot serve these
     controls (e.g. a τ law calibrated with weight decay and a run without).
     """
+    cache = _ACTIVE_CACHE
+    key = cache.key(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) \
+        if cache is not None else None
+    if key is not None:
+        hit = cache.entries.get(key)
+        if hit is not None:
+            cache.hits += 1
+            return hit
     try:
-        return _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params)
+        out = _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params)
     except Exception as err:  # a curve must never crash a sweep: report the failure as a reason
-        return _fail(f"prediction failed: {type(err).__name__}: {err}")
+        out = _fail(f"prediction failed: {type(err).__name__}: {err}")
+    if key is not None:
+        cache.misses += 1
+        cache.entries[key] = out
+    return out
+
+
+@dataclass
+class PredictionCache:
+    """Memo of ``predict_final_loss``: the same inputs give the same (immutable) Prediction, computed once.
+
+    Exact by construction: the key is the inputs themselves (t̂ and loss as float64 bytes, the schedule, τ,
+    TPP, min_fraction, confidence, params) and the surrogate object's identity. A surrogate is keyed by
+    identity, so it must not be changed while the cache is in use (the cache holds a reference to every
+    surrogate it has seen, so that an identity is never reused). Used by the replay harness
+    (hpo/replay.py), where the prediction of one trial from its first k reports against one surrogate
+    recurs in every trial order; install it with ``caching(cache)``. Counts ``hits`` and ``misses``.
+    """
+
+    entries: dict[tuple[Any, ...], Prediction] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+    _surrogates: dict[int, Surrogate] = field(default_factory=dict, repr=False)
+
+    def key(self, t_hat: Any, loss: Any, surrogate: Surrogate, schedule: Schedule, tau: Any, tpp: Any,
+            min_fraction: Any, confidence: Any, params: Any) -> tuple[Any, ...] | None:
+        """The memo key of one call, or None when the inputs are not plain numbers (then it is not cached)."""
+        try:
+            t = np.asarray(t_hat, dtype=np.float64)
+            y = np.asarray(loss, dtype=np.float64)
+            key = (id(surrogate), t.shape, t.tobytes(), y.shape, y.tobytes(), schedule, tau, tpp,
+                   min_fraction, confidence, params)
+            hash(key)
+        except (TypeError, ValueError):
+            return None
+        self._surrogates.setdefault(id(surrogate), surrogate)
+        return key
+
+
+_ACTIVE_CACHE: PredictionCache | None = None
+
+
+@contextmanager
+def caching(cache: PredictionCache | None) -> Iterator[PredictionCache | None]:
+    """Within the block, ``predict_final_loss`` answers from ``cache`` (None: no cache). Not thread-safe:
+    for one thread's work (the replay harness), not for a live sweep's workers."""
+    global _ACTIVE_CACHE
+    before = _ACTIVE_CACHE
+    _ACTIVE_CACHE = cache
+    try:
+        yield cache
+    finally:
+        _ACTIVE_CACHE = before
 
 
 def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:

@@ -1,0 +1,163 @@
+"""Replay speed-ups are exact: the caches shared across trial orders, the pruner's reuse of unchanged trial
+views, and the worker processes (``jobs``) change no decision (issue 15, replay speed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from collapse_hpo.hpo import decision, judge, peers, pruner, record, reference
+from collapse_hpo.hpo.replay import ReplayCaches, make_sweep, random_orders, replay, simulate
+from collapse_hpo.predictors import predict
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import ErrorBand
+from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
+
+BANDS = [ErrorBand(f, 12, 0.0, 0.004, 0.01) for f in (0.1, 0.3, 0.6)]
+#: A calibrated-looking reference: error bands and paired bands, so trials with other controls are paired.
+SURROGATE = dataclasses.replace(TRUE_SURROGATE, error_bands=BANDS, pair_bands=BANDS)
+
+
+def tau_sweep(n: int = 10, points: int = 25, seed: int = 0) -> list[Curve]:
+    """A random-search-like sweep: every trial has its own τ and warm-up (cosine decay), so the collapse rule
+    compares trials through predictions, not loss ratios."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.04, 1.0, points)
+    curves = []
+    for i in range(n):
+        tau = float(10 ** rng.uniform(-1.3, -0.3))
+        sched = Schedule(kind="cosine", warmup=float(round(rng.uniform(0.0, 0.05), 3)))
+        final = 3.0 * (1.0 + 0.04 * rng.standard_normal())
+        noise = 1.0 + 0.002 * rng.standard_normal(points)
+        loss = final * TRUE_SURROGATE.normalized(t, sched, tau, 20.0) * noise
+        curves.append(Curve(run=f"r{i}", t_hat=t.copy(), loss=loss, schedule=sched, tau=tau, tpp=20.0))
+    return curves
+
+
+def quick_fit(curves: list[Curve]) -> object:
+    """A stand-in for calibration (seconds each) that still depends on exactly the curves fitted."""
+    mean_final = float(np.mean([c.loss[-1] for c in curves]))
+    return dataclasses.replace(SURROGATE, b_c=0.4 + 0.05 * (mean_final % 1.0) + 0.01 * len(curves))
+
+
+@pytest.fixture
+def quick_online(monkeypatch):
+    monkeypatch.setattr(reference, "_fit", quick_fit)
+
+
+def disable_caches(m: pytest.MonkeyPatch) -> None:
+    """Every cache of the replay path off: views rebuilt at each judgement, logs re-read, competitors rebuilt,
+    schedules compared anew (as before the caches existed)."""
+    m.setattr(pruner.CollapsePruner, "_views_of", lambda self, trials: [self._view(t) for t in trials])
+    m.setattr(pruner, "read_log", lambda attrs, memo=None: record.read_log(attrs))
+    original = judge.Judge.competitors
+
+    def competitors(self, trial, others):
+        self._competitors.clear()
+        return original(self, trial, others)
+
+    m.setattr(judge.Judge, "competitors", competitors)
+    m.setattr(decision, "same_schedule", decision.same_schedule.__wrapped__)
+    m.setattr(decision, "_on_grid", decision._on_grid.__wrapped__)
+
+
+def decisions(details: dict, name: str) -> list[tuple[list[int], list[bool]]]:
+    return [(r.stopped_at.tolist(), r.pruned.tolist()) for r in details[name]]
+
+
+def run(names: list[str], *, cache: bool, jobs: int = 1, orders: int = 3) -> dict:
+    sweep = make_sweep(tau_sweep())
+    factories = [peers.factory(n, surrogate=SURROGATE) for n in names]
+    _, details = replay(sweep, factories, orders=orders, workers=3, cache=cache, jobs=jobs)
+    return details
+
+
+@pytest.mark.usefixtures("quick_online")
+def test_cached_replay_makes_the_same_decisions_as_the_uncached_path(monkeypatch):
+    names = ["collapse", "collapse-online"]
+    cached = run(names, cache=True)
+    with monkeypatch.context() as m:
+        disable_caches(m)
+        plain = run(names, cache=False)
+    for name in names:
+        assert decisions(cached, name) == decisions(plain, name), name
+        pruned = [p for _, ps in decisions(cached, name) for p in ps]
+        assert 0 < sum(pruned) < len(pruned), f"{name}: the sweep must exercise the rule"
+
+
+def test_predictions_are_computed_once_across_orders(monkeypatch):
+    """The prediction of a trial from its first k reports is the same in every order: replaying one order
+    twice with shared caches computes no prediction the second time, and decides the same."""
+    calls = {"n": 0}
+    real = predict._predict
+
+    def counting(*args):
+        calls["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(predict, "_predict", counting)
+    sweep = make_sweep(tau_sweep())
+    order = random_orders(sweep.n_trials, 1, seed=5)[0]
+    make = peers.factory("collapse", surrogate=SURROGATE)
+    caches = ReplayCaches.new()
+    with caches.active():
+        first = simulate(sweep, make(), order, workers=3)
+    once = calls["n"]
+    assert once > 0 and caches.predictions.misses == once
+    with caches.active():
+        second = simulate(sweep, make(), order, workers=3)
+    assert calls["n"] == once  # every prediction of the second replay came from the cache
+    assert caches.predictions.hits >= once
+    assert second.stopped_at.tolist() == first.stopped_at.tolist()
+    # Without the cache the same two replays compute every prediction twice.
+    calls["n"] = 0
+    simulate(sweep, make(), order, workers=3)
+    simulate(sweep, make(), order, workers=3)
+    assert calls["n"] > 2 * caches.predictions.misses - 1
+
+
+@pytest.mark.usefixtures("quick_online")
+def test_online_fits_are_shared_across_replays_of_the_same_completions(monkeypatch):
+    fits = {"n": 0}
+
+    def counting(curves):
+        fits["n"] += 1
+        return quick_fit(curves)
+
+    monkeypatch.setattr(reference, "_fit", counting)
+    sweep = make_sweep(tau_sweep())
+    order = random_orders(sweep.n_trials, 1, seed=2)[0]
+    make = peers.factory("collapse-online")
+    caches = ReplayCaches.new()
+    with caches.active():
+        first = simulate(sweep, make(), order, workers=3)
+        n_first = fits["n"]
+        second = simulate(sweep, make(), order, workers=3)
+    assert n_first >= 1 and fits["n"] == n_first  # the second replay refitted nothing
+    assert caches.fits.hits == n_first and caches.fits.misses == n_first
+    assert second.stopped_at.tolist() == first.stopped_at.tolist()
+
+
+@pytest.mark.usefixtures("quick_online")
+def test_worker_processes_give_the_same_results_and_counts():
+    names = ["collapse", "collapse-online", "median", "asha", "top-k-10"]
+    one = run(names, cache=True, jobs=1, orders=4)
+    two = run(names, cache=True, jobs=2, orders=4)
+    for name in names:
+        assert decisions(one, name) == decisions(two, name), name
+        assert [r.order for r in one[name]] == [r.order for r in two[name]]
+
+
+def test_cache_counts_are_reported_and_jobs_are_checked():
+    sweep = make_sweep(tau_sweep(6))
+    stats: dict = {}
+    replay(sweep, [peers.factory("collapse", surrogate=SURROGATE)], orders=2, workers=2, stats=stats)
+    counts = stats["collapse"]
+    assert counts["prediction_misses"] > 0 and counts["prediction_hits"] > 0
+    from collapse_hpo.predictors.errors import InputError
+
+    with pytest.raises(InputError, match="jobs"):
+        replay(sweep, [peers.factory("none")], orders=1, jobs=0)

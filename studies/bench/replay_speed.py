@@ -93,7 +93,7 @@ def time_pruners(args: argparse.Namespace, orders: int, jobs: int) -> dict[str, 
 
     sweep = make_sweep(finetune_curves(args.trials, args.evals, seed=0), name="finetune")
     surrogate = calibrate(finetune_curves(24, args.evals, seed=1, prefix="ref")).surrogate
-    names = list(args.pruner or peers.available_names())
+    names = [n for n in (args.pruner or peers.available_names()) if n not in args.skip]
     for name in list(peers.unavailable(names)):
         print(f"{name} skipped: its library is not installed", file=sys.stderr)
         names.remove(name)
@@ -131,6 +131,8 @@ def run_other(code: Path, args: argparse.Namespace, orders: int) -> dict[str, di
                "--worker-out", str(result)]
         for p in args.pruner or []:
             cmd += ["--pruner", p]
+        for p in args.skip:
+            cmd += ["--skip", p]
         env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.environ.get("PYTHONPATH", ""))
         subprocess.run(cmd, check=True, env=env)
         return json.loads(result.read_text())
@@ -186,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=2, help="processes (where the code has them; default 2)")
     ap.add_argument("--pruner", action="append", default=None, help="repeatable; default: all")
+    ap.add_argument("--skip", action="append", default=[], help="a pruner to leave out (repeatable)")
     ap.add_argument("--compare", default=None, help="another checkout to time first (e.g. /work/main)")
     ap.add_argument("--before-orders", type=int, default=2, help="orders timed with --compare's code")
     ap.add_argument("--out", default=str(HERE / "artifacts"))

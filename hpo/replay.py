@@ -19,6 +19,13 @@ Measured per replay (``ReplayResult``):
 Pruners plug in through the ``ReplayPruner`` protocol (adapters for Optuna pruners, Ray Tune schedulers
 and the
 other peers live in ``collapse_hpo.hpo.peers``). This module needs numpy only (matplotlib for the plot).
+
+Speed (``replay``): what does not depend on the trial order is computed once per pruner and shared by its
+orders (``ReplayCaches``: every final-loss prediction, keyed by its inputs, and every online reference fit,
+keyed by the curves fitted); ``jobs`` spreads the (pruner, order) replays over worker processes. Both are
+exact: the decisions are those of the plain path (tests/test_replay_cache.py). The online reference is
+refitted where the live pruner refits it (it is the live pruner): whenever the set of completed trials
+has changed at a judgement. Those sets differ from order to order, so its fits are rarely shared.
 """
 
 from __future__ import annotations

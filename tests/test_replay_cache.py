@@ -180,3 +180,22 @@ def test_memoized_median_stopping_decides_like_rays_rule(name):
         stopped += int(ours.pruned.sum())
     assert stopped > 0  # the rule stopped trials: the comparison means something
     assert type(peers.PEERS[name]().make_scheduler(sweep)).__mro__[1] is MedianStoppingRule
+
+
+def test_cli_replay_shows_progress_and_takes_jobs(tmp_path, capsys, monkeypatch):
+    from collapse_hpo.hpo import replay as replay_module
+    from collapse_hpo.hpo.cli import main
+    from collapse_hpo.predictors.curves import write_curves_csv
+
+    path = tmp_path / "sweep.csv"
+    write_curves_csv(path, tau_sweep(6))
+    assert main(["replay", str(path), "--pruner", "none", "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+    monkeypatch.setattr(replay_module, "PROGRESS_EVERY", 0.0)  # a line after every order
+    for jobs in ("1", "2"):
+        rc = main(["replay", str(path), "--pruner", "none", "--pruner", "top-k-10", "--orders", "3",
+                   "--jobs", jobs])
+        assert rc == 0
+        err = capsys.readouterr().err
+        assert f"{jobs} job(s)" in err
+        assert "top-k-10: 1/3 orders done" in err and "top-k-10: 2/3 orders done" in err

@@ -98,16 +98,20 @@ def time_pruners(args: argparse.Namespace, orders: int, jobs: int) -> dict[str, 
         print(f"{name} skipped: its library is not installed", file=sys.stderr)
         names.remove(name)
     has_jobs = "jobs" in inspect.signature(replay).parameters
-    extra = {"jobs": jobs} if has_jobs else {}
     out: dict[str, dict] = {}
     for name in names:
+        stats: dict[str, dict[str, int]] = {}
+        extra = {"jobs": jobs, "stats": stats} if has_jobs else {}
         w0, c0 = time.perf_counter(), _cpu()
         (s,), details = replay(sweep, [peers.factory(name, surrogate=surrogate)], orders=orders,
                                workers=args.workers, **extra)
         wall, cpu = time.perf_counter() - w0, _cpu() - c0
         print(f"{wall:8.1f} s wall {cpu:8.1f} s CPU  {format_row(s)}", file=sys.stderr, flush=True)
+        counts = stats.get(name, {})
+        if counts.get("prediction_misses") or counts.get("fit_misses"):
+            print(f"           caches: {counts}", file=sys.stderr, flush=True)
         out[name] = {"wall": wall, "cpu": cpu, "orders": orders, "jobs": jobs if has_jobs else 1,
-                     "compute": s.compute, "pruned_rate": s.pruned_rate,
+                     "compute": s.compute, "pruned_rate": s.pruned_rate, "caches": counts,
                      "stopped_at": [r.stopped_at.tolist() for r in details[name]]}
     return out
 
@@ -170,6 +174,14 @@ def table(after: dict[str, dict], before: dict[str, dict] | None, args: argparse
         lines.append(f"| **total** | ≈{tot_b:.0f} | {tot_a:.0f} | {tot_c:.0f} | {tot_b / tot_a:.1f}× | |")
     else:
         lines.append(f"| **total** | {tot_a:.0f} | {tot_c:.0f} | |")
+    for name, a in after.items():
+        c = a.get("caches") or {}
+        if c.get("fit_misses"):
+            lines.append("")
+            lines.append(
+                f"{name}: {c['fit_misses']} online fits in {a['orders']} orders, {c['fit_hits']} answered "
+                f"by the cache (the same completed trials in the same order); {c['fit_set_repeats']} more "
+                "would have been with a key by the set of completed trials alone.")
     jobs = max(a["jobs"] for a in after.values())
     lines += ["", f"After: {jobs} job(s). Target ≤ {TARGET_S:.0f} s wall on 2 cores: "
               f"{'met' if tot_a <= TARGET_S else 'missed'} ({tot_a:.0f} s)."]

@@ -199,3 +199,22 @@ def test_cli_replay_shows_progress_and_takes_jobs(tmp_path, capsys, monkeypatch)
         err = capsys.readouterr().err
         assert f"{jobs} job(s)" in err
         assert "top-k-10: 1/3 orders done" in err and "top-k-10: 2/3 orders done" in err
+
+
+def test_prediction_cache_answers_equal_inputs_and_drops_old_surrogates():
+    curve = tau_sweep(1)[0]
+    other = dataclasses.replace(SURROGATE, b_c=0.6)
+    args = {"schedule": curve.schedule, "tau": curve.tau, "tpp": curve.tpp}
+    plain = predict.predict_final_loss(curve.t_hat[:10], curve.loss[:10], surrogate=SURROGATE, **args)
+    cache = predict.PredictionCache(max_surrogates=1)
+    with predict.caching(cache):
+        a = predict.predict_final_loss(curve.t_hat[:10], curve.loss[:10], surrogate=SURROGATE, **args)
+        b = predict.predict_final_loss(list(curve.t_hat[:10]), list(curve.loss[:10]), surrogate=SURROGATE,
+                                       **args)
+        assert (cache.hits, cache.misses) == (1, 1) and a is b and a == plain
+        c = predict.predict_final_loss(curve.t_hat[:10], curve.loss[:10], surrogate=other, **args)
+        assert c.final_loss != a.final_loss and cache.size == 1  # the first surrogate's entries dropped
+        predict.predict_final_loss(curve.t_hat[:10], curve.loss[:10], surrogate=SURROGATE, **args)
+        assert cache.misses == 3
+    predict.predict_final_loss(curve.t_hat[:10], curve.loss[:10], surrogate=SURROGATE, **args)
+    assert cache.misses == 3  # outside the block nothing is cached

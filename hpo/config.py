@@ -6,12 +6,17 @@ timescale τ to hold), the search space (Optuna distributions over ``lr``, ``bat
 the sampler, the pruner, resources per trial, the Ray executor, the Optuna storage, retries and the results
 folder.
 
+A sweep gives exactly one of ``tpp`` (tokens per parameter: D = tpp · N) and ``total_tokens`` (D itself). With
+``total_tokens`` the TPP is not defined, as in a fine-tuning sweep: its trials record ``tpp`` None, the
+surrogate's q(TPP) is a constant, and ``tau: optimal`` (optimal_tau(tpp), the default) is refused: give τ as
+a number, ``null`` or ``weight_decay``.
+
 Every error is one line that names the file, the field and what is allowed (`InputError`); loading a file
 never creates anything. Example::
 
     name: quickstart
     model: {width: 48, depth: 2, heads: 2}
-    tpp: 20
+    tpp: 20                      # or total_tokens: 2000000 (TPP not defined; tau must then be given)
     schedule: {kind: linear, warmup: 0.05}
     tau: optimal                 # or a number; null = no weight decay
     fixed: {batch_tokens: 2048}
@@ -372,7 +377,8 @@ class SweepConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> SweepConfig:
         if (self.tpp is None) == (self.total_tokens is None):
-            raise _FieldError("tpp", "give exactly one of 'tpp' (tokens per parameter) or 'total_tokens'")
+            raise _FieldError("tpp", "give exactly one of 'tpp' (tokens per parameter) or 'total_tokens' "
+                              "(training tokens per trial; the TPP is then not defined, as in fine-tuning)")
         for where, names in (("fixed", self.fixed), ("space", self.space)):
             for key in names:
                 if key not in HYPERPARAMETERS:
@@ -395,6 +401,13 @@ class SweepConfig(_Strict):
             )
         if "tau" in given and "tau" in self.model_fields_set:
             raise _FieldError("tau", "tau is set at the top level and in fixed/space; keep one")
+        optimal = self.tau == "optimal" and "tau" not in given and "weight_decay" not in given
+        if optimal and self.total_tokens is not None:
+            default = "" if "tau" in self.model_fields_set else " (the default)"
+            raise _FieldError("tau", f"'optimal'{default} is optimal_tau(tpp) and needs a TPP, but this "
+                              "sweep gives total_tokens, so its TPP is not defined: give tau as a number "
+                              "(fraction of training), null (no weight decay), or weight_decay in "
+                              "fixed/space; or give tpp instead of total_tokens")
         for key in HYPERPARAMETERS:
             if key in self.fixed:
                 value = self.fixed[key]

@@ -176,8 +176,7 @@ def curves_figure(study: optuna.Study, surrogate: Surrogate | None = None, label
         grid = np.linspace(0.02, 1.0, 200)
         for j, (name, c) in enumerate(list(groups.items())[:5]):
             try:
-                tpp = c.tpp if c.tpp is not None else math.nan
-                shape = surrogate.normalized(grid, c.schedule, c.tau, tpp)
+                shape = surrogate.normalized(grid, c.schedule, c.tau, c.tpp)
             except (InputError, ValueError):
                 continue
             fig.add_trace(go.Scatter(

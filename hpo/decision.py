@@ -11,7 +11,7 @@ Stable signature (keep it; callers in hpo/pruner.py and hpo/scheduler.py depend 
                  (then only the non-finite / invalid-loss checks can prune).
     schedule:    ``predictors.schedules.Schedule`` of the trial (peak 1).
     tau:         AdamW timescale B/(ηλD) of the trial; None = no weight decay.
-    tpp:         tokens per parameter D/N of the trial.
+    tpp:         tokens per parameter D/N of the trial; None = not defined (e.g. fine-tuning).
     competitors: the other trials: a float is a completed trial's final loss; a ``Prediction`` is another
                  trial's prediction (its ``high``, the pessimistic bound, is what counts); a ``Competitor``
                  also carries the trial's curve and controls, for the paired comparison.
@@ -269,7 +269,7 @@ def decide(
     surrogate: Surrogate | None,
     schedule: Schedule,
     tau: float | None,
-    tpp: float,
+    tpp: float | None,
     competitors: Iterable[float | Prediction | Competitor],
     settings: PruneSettings,
 ) -> Decision:
@@ -281,7 +281,7 @@ def decide(
         surrogate: calibrated surrogate, or None (no reference yet).
         schedule: the trial's LR schedule shape.
         tau: AdamW timescale; None = no weight decay.
-        tpp: tokens per parameter.
+        tpp: tokens per parameter; None = not defined (a surrogate with a TPP law cannot predict it).
         competitors: completed trials' final losses (float), other trials' predictions (Prediction), or
             either with its curve and controls (Competitor).
         settings: PruneSettings.
@@ -304,7 +304,7 @@ def _decide(
     surrogate: Surrogate | None,
     schedule: Schedule,
     tau: float | None,
-    tpp: float,
+    tpp: float | None,
     competitors: Iterable[float | Prediction | Competitor],
     settings: PruneSettings,
     notes: list[str],
@@ -450,25 +450,25 @@ def _on_grid(schedule: Schedule) -> np.ndarray:
     return out
 
 
-def same_controls(
-    schedule: Schedule, tau: float | None, tpp: float, other: Competitor, *, default_tpp: float
-) -> bool:
+def _same_value(a: float | None, b: float | None) -> bool:
+    """Whether two per-run controls agree: both None (no weight decay / TPP not defined), or both numbers
+    within ``CONTROL_TOLERANCE`` (relative). None and a number differ."""
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=CONTROL_TOLERANCE)
+
+
+def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, other: Competitor) -> bool:
     """Whether a competitor trains with the same controls (schedule shape, τ, TPP) as the trial.
 
     Equal controls mean equal normalized curves (the collapse), so the two trials' losses at equal t̂ are in
     the ratio of their final losses, up to how much the curves cross later. τ and TPP count as equal within
-    ``CONTROL_TOLERANCE`` (relative), schedules as in ``same_schedule``. A competitor's missing TPP is
-    ``default_tpp`` (the trial's sweep-wide value).
+    ``CONTROL_TOLERANCE`` (relative), schedules as in ``same_schedule``. None (τ: no weight decay; TPP: not
+    defined) equals None only: a run without a TPP and a run with one are different controls.
     """
     if other.schedule is None or not same_schedule(schedule, other.schedule):
         return False
-    if (tau is None) != (other.tau is None):
-        return False
-    close = math.isclose
-    if tau is not None and other.tau is not None and not close(tau, other.tau, rel_tol=CONTROL_TOLERANCE):
-        return False
-    theirs = default_tpp if other.tpp is None else other.tpp
-    return close(tpp, theirs, rel_tol=CONTROL_TOLERANCE)
+    return _same_value(tau, other.tau) and _same_value(tpp, other.tpp)
 
 
 def loss_log_ratio(
@@ -501,7 +501,7 @@ def _paired(
     surrogate: Surrogate | None,
     schedule: Schedule,
     tau: float | None,
-    tpp: float,
+    tpp: float | None,
     settings: PruneSettings,
     fraction: float,
     notes: list[str],
@@ -525,7 +525,7 @@ def _paired(
     own: dict[float, float | None] = {fraction: value}  # this trial's prediction at each fraction used
 
     def at(
-        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float
+        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None
     ) -> float | None:
         """A prediction from the points at t̂ <= f of one curve (None when it fails)."""
         assert surrogate is not None
@@ -548,7 +548,7 @@ def _paired(
                 f = float(earlier.max())
                 log_ratio: float | None = None
                 margin = settings.margin
-                if same_controls(schedule, tau, tpp, c, default_tpp=tpp):
+                if same_controls(schedule, tau, tpp, c):
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start)
                     how = f"loss ratio at t_hat={f:.3g}, equal controls, margin {settings.margin:.3g}"
                 elif surrogate is not None and surrogate.pair_bands:
@@ -556,7 +556,7 @@ def _paired(
                     if f not in own:
                         own[f] = at(f, t, y, schedule, tau, tpp)
                     mine = own[f]
-                    theirs = at(f, ct, cy, c.schedule, c.tau, tpp if c.tpp is None else c.tpp)
+                    theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp)
                     if mine is not None and theirs is not None and band is not None:
                         learned = t_quantile(settings.confidence, band.n) * band.scale
                         margin = max(settings.margin, learned * math.sqrt(1 + 1 / band.n))

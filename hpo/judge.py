@@ -60,7 +60,9 @@ PAST_END_WARNING = "progress_past_total"
 UNJUDGEABLE_WARNING = "trial_never_judged"
 STARTUP_WARNING = "tpe_startup"
 _TPP_UNKNOWN = (
-    "tpp unknown: give the trial's tpp (set_trial_controls, or tpp=... to the pruner or scheduler); kept"
+    "tpp not defined, and the reference surrogate's q depends on TPP: give the trial's tpp "
+    "(set_trial_controls, or tpp=... to the pruner or scheduler), or use a reference calibrated on runs "
+    "without a tpp; kept"
 )
 
 
@@ -309,9 +311,10 @@ class Judge:
         decision, label, source = self._decide(trial, others, reference)
         if decision is not None and decision.reason == _TPP_UNKNOWN:
             found += (JudgeWarning(UNJUDGEABLE_WARNING, (
-                f"trial {trial.number} can never be judged: its tpp is unknown and the reference surrogate "
-                "needs one (give tpp=... to the pruner or scheduler, or set_trial_controls); pruning is "
-                "off for such trials"), trial.number),)
+                f"trial {trial.number} can never be judged: its tpp is not defined and the reference "
+                "surrogate's q depends on TPP (give tpp=... to the pruner or scheduler, or "
+                "set_trial_controls; or use a reference calibrated on runs without a tpp, whose q is a "
+                "constant); pruning is off for such trials"), trial.number),)
         if decision is None:  # between two judgements (judge_every): the last answer stands
             return Verdict(False, warnings=found)
         if not self.is_judgement(decision):

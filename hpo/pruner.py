@@ -150,7 +150,8 @@ class CollapsePruner(BasePruner):
         total_tokens: default training tokens per trial (positive), for trials without that attr.
         schedule: default LR schedule (a ``Schedule``, kind name or dict; None = linear decay to zero).
         tau: default AdamW timescale (positive; None = no weight decay).
-        tpp: default tokens per parameter (positive).
+        tpp: default tokens per parameter (positive; None = not defined, e.g. fine-tuning: a surrogate with a
+            TPP law cannot judge such trials, and says so; an online reference holds q(TPP) constant).
         report_prediction: on pruning, report the predicted final loss as the final-step intermediate value,
             so the sampler ranks pruned trials by it (see above).
         judge_every: judge at most once per this fraction of training (the first judgement at

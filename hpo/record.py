@@ -6,7 +6,8 @@ named here, once:
 - the run's controls (``CONTROL_ATTRS``: ``total_tokens`` in tokens, ``schedule`` as ``Schedule.to_dict()``,
   ``tau`` and ``tpp``) as a ``TrialControls``. "No weight decay" has one encoding at every boundary: ``tau``
   None (``None`` in Python, ``null`` in JSON and YAML); ``predictors.timescale.no_decay_tau`` turns the
-  legacy encodings (``inf``, ``"inf"``) into None where old records are read;
+  legacy encodings (``inf``, ``"inf"``) into None where old records are read. "TPP not defined" (e.g. a
+  fine-tuning run) likewise has one: ``tpp`` None (``null``; empty in a curve CSV);
 - the decision log (``DECISIONS_ATTR``: a list of ``DecisionEntry.to_dict()``, oldest first) and the five
   attrs that mirror its latest entry (``DECISION_ATTRS``);
 - the pruner's sampler point (``SAMPLER_STEP_ATTR``), the online reference fit (``STUDY_REFERENCE_ATTR``)
@@ -78,7 +79,8 @@ class TrialControls:
         total_tokens: training tokens D of the run (t̂ = step / total_tokens); None when unknown.
         schedule: LR schedule shape (peak 1).
         tau: AdamW timescale B/(ηλD); None = no weight decay.
-        tpp: tokens per parameter D/N; None when unknown.
+        tpp: tokens per parameter D/N; None when not defined (e.g. fine-tuning; a surrogate with a TPP law
+            cannot predict such a run).
     """
 
     total_tokens: float | None = None
@@ -151,7 +153,7 @@ def set_trial_controls(
         total_tokens: training tokens of the run (t̂ = step / total_tokens; report steps in tokens).
         schedule: LR schedule shape (Schedule, kind name or dict; None = linear decay to zero).
         tau: AdamW timescale B/(ηλD); None = no weight decay.
-        tpp: tokens per parameter D/N.
+        tpp: tokens per parameter D/N; None = not defined (e.g. fine-tuning).
 
     Raises:
         InputError: on a bad value (nothing is written then).
@@ -341,6 +343,6 @@ def trial_curve(trial: Any, defaults: TrialControls) -> Curve | None:
         loss=values,
         schedule=controls.schedule,
         tau=controls.tau,
-        tpp=controls.tpp if controls.tpp is not None else math.nan,
+        tpp=controls.tpp,
         meta={"trial": trial.number},
     )

@@ -18,14 +18,13 @@ surrogate used (recorded with every decision, e.g. ``online:0,1,2``) or says why
 Trial conventions (the pruner's step convention): the objective reports
 ``trial.report(loss, step=tokens_seen)`` and sets the run's controls as trial user attrs ``total_tokens``
 (tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
-timescale, None = no weight decay) and ``tpp`` (tokens per parameter); ``set_trial_controls`` in
-hpo/record.py writes them (names and readers of the trial record live there). Missing ones fall back to the
-pruner's defaults.
+timescale, None = no weight decay) and ``tpp`` (tokens per parameter, None = not defined);
+``set_trial_controls`` in hpo/record.py writes them (names and readers of the trial record live there).
+Missing ones fall back to the pruner's defaults.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -67,7 +66,7 @@ def reference_curves(
             c = trial_curve(t, defaults)
         except InputError:
             continue
-        if c is None or c.t_hat.size < 3 or (c.tpp is not None and not math.isfinite(c.tpp)):
+        if c is None or c.t_hat.size < 3:
             continue
         if not np.all(np.isfinite(c.loss)) or np.any(c.loss <= 0) or c.t_hat[-1] > 1.0 + 1e-9:
             continue
@@ -272,7 +271,7 @@ class OnlineReference:
         if len(curves) < self.min_trials:
             return None, (
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
-                "before pruning starts (counted: COMPLETE, with total_tokens, tpp and a clean full curve)"
+                "before pruning starts (counted: COMPLETE, with total_tokens and a clean full curve)"
             )
         key = tuple(numbers)
         label = "online:" + ",".join(str(n) for n in key)

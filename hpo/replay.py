@@ -520,9 +520,15 @@ def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]
             w.writerow(s.row())
 
 
+#: The targets a τ-held sweep's pruner is held to (issue 10): at most this fraction of the unpruned sweep's
+#: tokens, at a mean regret of at most this fraction of the best final loss. Drawn as guides on the plot.
+TARGET_COMPUTE = 0.30
+TARGET_REGRET = 0.001
+
+
 def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summary], title: str = "") -> None:
     """Scatter of mean compute (fraction of unpruned tokens) against mean relative regret, one point per
-    pruner.
+    pruner, with the targets (`TARGET_COMPUTE`, `TARGET_REGRET`) as dashed guides.
 
     Written atomically as PNG. Regret is drawn on a symlog axis so that zero regret stays visible.
     """
@@ -543,15 +549,16 @@ def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summar
             ax.annotate(s.pruner, (s.compute, 100 * s.relative_regret), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
     ax.set_yscale("symlog", linthresh=0.05)
-    ax.axhline(0.2, color="grey", lw=0.8, ls="--")
-    ax.axvline(0.35, color="grey", lw=0.8, ls="--")
+    ax.axhline(100 * TARGET_REGRET, color="grey", lw=0.8, ls="--",
+               label=f"target regret {100 * TARGET_REGRET:g}%")
+    ax.axvline(TARGET_COMPUTE, color="grey", lw=0.8, ls=":", label=f"target compute {TARGET_COMPUTE:g}")
     ax.set_xlabel("compute (fraction of unpruned sweep tokens)")
     ax.set_ylabel("regret (% of best final loss)")
     ax.set_title(title or ", ".join(sweeps))
     if len(sweeps) > 1:
         for j, sw in enumerate(sweeps):
             ax.scatter([], [], marker=markers[j % len(markers)], color="k", label=sw)
-        ax.legend(fontsize=7)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     from collapse_hpo.predictors.atomic import atomic_write_path
 

@@ -4,7 +4,8 @@ Everything is read from the Optuna study (the storage), so a report works on a f
 interrupted sweep alike. Files (written atomically):
 
 - ``results.csv``: one row per trial (columns `COLUMNS`).
-- ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp).
+- ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp; tpp empty
+  when not defined, as in a ``total_tokens`` sweep).
 - ``curves.png``: left, the loss curves over t̂ with each pruned trial's predicted final loss and interval at
   t̂ = 1 and its decision point; right, the normalized curves ℓ = L / L(1) (L(1): the final loss, or the
   predicted one for a pruned trial) with the reference surrogate's collapsed curve when one is known.
@@ -33,6 +34,12 @@ def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     return float(x) if math.isfinite(float(x)) else None
+
+
+def _positive(x: Any) -> float | None:
+    """A positive finite number, else None (e.g. ``tpp``: None = not defined)."""
+    v = _num(x)
+    return v if v is not None and v > 0 else None
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
         loss = np.array([v for _, v in items], dtype=float)
         sched = Schedule.parse(a.get("schedule"))
         curves.append(Curve(run=f"trial{t.number}", t_hat=steps / total, loss=loss, schedule=sched,
-                            tau=_num(a.get("tau")), tpp=_num(a.get("tpp")) or math.nan,
+                            tau=_num(a.get("tau")), tpp=_positive(a.get("tpp")),
                             meta={"state": t.state.name, "number": t.number}))
     return curves
 

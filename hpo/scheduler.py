@@ -167,7 +167,8 @@ class CollapseScheduler(FIFOScheduler):
         total_tokens: None (``time_attr`` is t̂), a number of tokens D, or the name of a result or config key
             holding each trial's D.
         schedule, tau, tpp: the trials' controls (LR schedule shape, AdamW timescale B/(ηλD) with None = no
-            weight decay, tokens per parameter), used when ``controls`` gives none.
+            weight decay, tokens per parameter with None = not defined, e.g. fine-tuning), used when
+            ``controls`` gives none.
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
             ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
         settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).

@@ -110,28 +110,34 @@ def suggest(trial: optuna.trial.BaseTrial, name: str, dist: Any) -> Any:
     raise InputError(f"search space: {name!r} has an unsupported distribution {type(dist).__name__}")
 
 
-def sweep_total_tokens(sweep: SweepConfig) -> tuple[int, float, int]:
+def sweep_total_tokens(sweep: SweepConfig) -> tuple[int, float | None, int]:
     """(total_tokens D, tpp D/N, non-embedding params N) of ``sweep`` before rounding D to whole steps.
 
     N comes from the trainer's ``count_parameters`` for the model shape; D = tpp · N when ``tpp`` is given.
-    The trainer rounds D to whole steps of each trial's batch_tokens (see ``trainers.config.plan``).
+    A sweep that gives ``total_tokens`` instead has no TPP (None: not defined, as in fine-tuning). The trainer
+    rounds D to whole steps of each trial's batch_tokens (see ``trainers.config.plan``).
     """
     from collapse_hpo.trainers.config import count_parameters
 
     m = sweep.model
     n_params, _total = count_parameters(m.width, m.depth, m.heads)
-    tpp = float(sweep.tpp or 0.0)
-    total = int(sweep.total_tokens) if sweep.total_tokens is not None else round(tpp * n_params)
+    if sweep.total_tokens is not None:
+        return int(sweep.total_tokens), None, int(n_params)
+    total = round(float(sweep.tpp or 0.0) * n_params)
     return total, total / n_params, int(n_params)
 
 
-def sweep_tau(sweep: SweepConfig, tpp: float) -> float | None:
+def sweep_tau(sweep: SweepConfig, tpp: float | None) -> float | None:
     """The τ the sweep holds: the number given, ``optimal_tau(tpp)`` for "optimal", None when not held
-    (``tau: null``, ``weight_decay`` given, or ``tau`` searched)."""
+    (``tau: null``, ``weight_decay`` given, or ``tau`` searched). InputError for "optimal" without a TPP
+    (`load_sweep` refuses that file first)."""
     given = set(sweep.fixed) | set(sweep.space)
     if "weight_decay" in given or "tau" in given:
         return None
     if sweep.tau == "optimal":
+        if tpp is None:
+            raise InputError("sweep: tau 'optimal' is optimal_tau(tpp) and needs a TPP; this sweep gives "
+                             "total_tokens (TPP not defined): give tau as a number or null")
         return optimal_tau(tpp)
     return None if sweep.tau is None else float(sweep.tau)
 

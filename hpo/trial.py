@@ -154,7 +154,8 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
     p = plan(config)
     derived = {
         "lr": float(hp["lr"]), "batch_tokens": int(hp["batch_tokens"]), "weight_decay": p.weight_decay,
-        "tau": p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp,
+        # A sweep that gives total_tokens has no TPP (fine-tuning): the record says "not defined" (None).
+        "tau": p.tau, "total_tokens": p.total_tokens, "tpp": p.tpp if sweep.tpp is not None else None,
         "schedule": sched.to_dict(), "warmup": sched.warmup, "seed": int(seed),
         "params_non_embedding": p.params_non_embedding, "width": shape["width"], "depth": shape["depth"],
     }

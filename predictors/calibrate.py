@@ -69,7 +69,7 @@ class CurveFit:
 
     run: str
     tau: float | None
-    tpp: float
+    tpp: float | None
     b: float
     q: float
     mae: float
@@ -96,8 +96,9 @@ class Calibration:
         lines = [head, "-" * len(head)]
         for r in self.table:
             tau = "none" if r.tau is None else f"{r.tau:.4g}"
+            tpp = "-" if r.tpp is None else f"{r.tpp:.4g}"
             row = (
-                f"{r.run[:28]:<28} {tau:>8} {r.tpp:>9.4g} {r.b:>8.4g} {r.q:>7.4g} {100 * r.mae:>7.3f} "
+                f"{r.run[:28]:<28} {tau:>8} {tpp:>9} {r.b:>8.4g} {r.q:>7.4g} {100 * r.mae:>7.3f} "
                 f"{100 * r.mae_paper:>10.3f}"
             )
             for p in fr:
@@ -196,6 +197,17 @@ def _laws(curves: Sequence[Curve], min_range: float) -> tuple[str, str, float, f
             )
         else:
             tau_law = "power"
+    undefined = [c.run for c in curves if c.tpp is None]
+    if undefined and len(undefined) < len(curves):
+        runs = ", ".join(undefined)[:200]
+        raise InputError(
+            f"calibrate: {len(undefined)} of {len(curves)} runs have no tpp (empty: not defined, e.g. "
+            f"fine-tuning: {runs}) and the others have one; q(TPP) cannot be fitted on both: calibrate them "
+            "separately, or leave tpp empty for every run (q is then a constant)"
+        )
+    if undefined:
+        notes.append(f"tpp not defined for {len(undefined)} runs: q(TPP) held constant (q = q_c)")
+        return tau_law, "constant", tau0, 1.0, notes
     pv = np.array([c.tpp for c in curves], dtype=float)
     tpp0 = float(np.exp(np.mean(np.log(pv))))
     if pv.max() / pv.min() < min_range:
@@ -474,8 +486,9 @@ def _folds(groups: Sequence[Any], n_folds: int) -> list[np.ndarray]:
 
 def _group_key(c: Curve) -> tuple:
     tau = None if c.tau is None else float(f"{c.tau:.3g}")
+    tpp = None if c.tpp is None else float(f"{c.tpp:.3g}")
     size = None if c.params is None else float(f"{c.params:.4g}")
-    return (tau, float(f"{c.tpp:.3g}"), size)
+    return (tau, tpp, size)
 
 
 def _sizes(curves: Sequence[Curve]) -> tuple[np.ndarray | None, str | None]:
@@ -573,8 +586,11 @@ def _size_trend(
 
 
 def _reference_ranges(curves: Sequence[Curve]) -> dict[str, list[float]]:
-    """The [min, max] of params, TPP and τ over the reference curves (a control is left out when unknown)."""
-    ref = {"tpp": [min(c.tpp for c in curves), max(c.tpp for c in curves)]}
+    """The [min, max] of params, TPP and τ over the reference curves (a control is left out when unknown or
+    not defined)."""
+    ref: dict[str, list[float]] = {}
+    if all(c.tpp is not None for c in curves):
+        ref["tpp"] = [min(c.tpp for c in curves), max(c.tpp for c in curves)]
     if all(c.params is not None for c in curves):
         ref["params"] = [min(c.params for c in curves), max(c.params for c in curves)]
     if all(c.tau is not None for c in curves):
@@ -678,8 +694,10 @@ def calibrate(
             `forecast`); with fewer than 3 sizes the notes say it cannot be.
         law_alpha: fix the law's N exponent α (a prior); then 2 sizes suffice.
 
+    Curves whose ``tpp`` is None (not defined, e.g. fine-tuning) get a constant q law, and the notes say so.
+
     Raises InputError when fewer than 1 usable curve is given, a curve is incomplete, or runs with and without
-    weight decay are mixed.
+    weight decay, or with and without a tpp, are mixed.
     """
     t0 = time.perf_counter()
     curves = list(curves)

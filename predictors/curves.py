@@ -3,7 +3,8 @@
 A curve file has one row per logged point with the columns ``run``, ``t_hat`` (fraction of training tokens),
 ``loss`` (empty where only the LR is known), ``lr`` (LR at that point; a run's schedule is lr/max(lr) over its
 rows), ``tau`` (AdamW timescale, a per-run constant; empty means no weight decay) and ``tpp`` (tokens per
-parameter, a per-run constant). An optional column ``params`` (the model's non-embedding parameter count N, a
+parameter D/N, a per-run constant; empty means not defined, e.g. a fine-tuning run: the surrogate's q(TPP)
+is then a constant). An optional column ``params`` (the model's non-embedding parameter count N, a
 per-run constant; empty when unknown) lets calibration learn how its error moves with model size. Other extra
 columns are ignored. Rows are numbered as lines of the file (the
 header is line 1). Every problem raises InputError naming the file, the line and the column.
@@ -60,7 +61,8 @@ class Curve:
         lr: the LR at each t̂ (any units), or None.
         schedule: the LR schedule shape (peak 1).
         tau: AdamW timescale B/(ηλD); None when the run has no weight decay.
-        tpp: tokens per parameter D/N.
+        tpp: tokens per parameter D/N; None when not defined (e.g. fine-tuning: the pre-trained model's
+            tokens are not this run's), which needs a surrogate whose q(TPP) is a constant.
         meta: free-form extras (e.g. synthetic ground truth); not written to CSV.
         params: non-embedding parameter count N of the model, or None when unknown.
         diverged_at: t̂ of the first NaN/inf/huge loss read from a file (the run diverged there; the points
@@ -74,7 +76,7 @@ class Curve:
     lr: np.ndarray | None = None
     schedule: Schedule = field(default_factory=Schedule)
     tau: float | None = None
-    tpp: float = 20.0
+    tpp: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     diverged_at: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -89,6 +91,9 @@ class Curve:
             raise InputError(f"curve {self.run!r}: t_hat and loss must be 1-D arrays of the same length")
         if self.lr is not None and self.lr.shape != self.t_hat.shape:
             raise InputError(f"curve {self.run!r}: lr must have the same length as t_hat")
+        if self.tpp is not None and not (math.isfinite(self.tpp) and self.tpp > 0):
+            raise InputError(f"curve {self.run!r}: tpp must be a positive number or None (not defined), "
+                             f"got {self.tpp!r}")
         if self.params is not None and not (math.isfinite(self.params) and self.params > 0):
             raise InputError(f"curve {self.run!r}: params must be a positive number, got {self.params!r}")
 
@@ -222,11 +227,10 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                 if tau is not None and (not math.isfinite(tau) or tau <= 0.0 or tau > MAX_TAU):
                     raise InputError(f"{where}: column 'tau' is {tau}; give a positive number up to "
                                      f"{MAX_TAU:g}, or leave it empty for no weight decay")
-                tpp = _parse_float(row[col["tpp"]], where, "tpp", allow_empty=False)
-                assert tpp is not None
-                if not math.isfinite(tpp) or tpp <= 0.0 or tpp > MAX_TPP:
-                    raise InputError(f"{where}: column 'tpp' is {tpp}; it must be a positive number up to "
-                                     f"{MAX_TPP:g}")
+                tpp = _parse_float(row[col["tpp"]], where, "tpp", allow_empty=True)
+                if tpp is not None and (not math.isfinite(tpp) or tpp <= 0.0 or tpp > MAX_TPP):
+                    raise InputError(f"{where}: column 'tpp' is {tpp}; give a positive number up to "
+                                     f"{MAX_TPP:g}, or leave it empty when the run has no TPP (fine-tuning)")
                 params = None
                 if "params" in col and col["params"] < len(row):
                     params = _parse_float(row[col["params"]], where, "params", allow_empty=True)
@@ -244,9 +248,12 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                     if r["tau"] != tau:
                         raise InputError(f"{where}: column 'tau' changes within run {run!r} "
                                          f"(line {r['line']} has {r['tau']}); it is a per-run constant")
-                    if not math.isclose(r["tpp"], tpp, rel_tol=1e-9):
+                    if (r["tpp"] is None) != (tpp is None) or (
+                        tpp is not None and not math.isclose(r["tpp"], tpp, rel_tol=1e-9)
+                    ):
+                        was = "it empty" if r["tpp"] is None else r["tpp"]
                         raise InputError(f"{where}: column 'tpp' changes within run {run!r} "
-                                         f"(line {r['line']} has {r['tpp']}); it is a per-run constant")
+                                         f"(line {r['line']} has {was}); it is a per-run constant")
                 if diverged is not None:
                     r["diverged"].append((t, diverged, line_no))
                 value = math.nan if diverged is not None else loss
@@ -311,7 +318,7 @@ def _build_curve(p: Path, run: str, r: dict[str, Any]) -> Curve:
         notes.append(f"{p}: line {line}: run {run!r} diverged at t_hat={first_t:g} ({what}); its points from "
                      "there on are not used")
     return Curve(run=run, t_hat=t, loss=loss, lr=lr, schedule=Schedule.from_data(t, lr), tau=r["tau"],
-                 tpp=float(r["tpp"]), diverged_at=diverged_at, notes=notes, params=r["params"])
+                 tpp=r["tpp"], diverged_at=diverged_at, notes=notes, params=r["params"])
 
 
 def _fmt(x: float | None) -> str:

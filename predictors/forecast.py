@@ -30,8 +30,9 @@ from collapse_hpo.predictors.surrogate import Surrogate
 T_HAT_GRID = np.linspace(0.01, 1.0, 100)
 
 
-def raw_end(surrogate: Surrogate, schedule: Schedule, tau: float | None, tpp: float) -> float:
-    """raw(1) = 1 + b(τ)·(η(1) + ε2)^q(TPP): the surrogate's unnormalized end value for these controls."""
+def raw_end(surrogate: Surrogate, schedule: Schedule, tau: float | None, tpp: float | None) -> float:
+    """raw(1) = 1 + b(τ)·(η(1) + ε2)^q(TPP): the surrogate's unnormalized end value for these controls (TPP
+    None: not defined, for a surrogate with a constant q)."""
     eta1 = float(schedule(1.0))
     return 1.0 + surrogate.b(tau) * (eta1 + surrogate.eps2) ** surrogate.q(tpp)
 
@@ -66,9 +67,18 @@ def reference_law(
 ) -> tuple[ScalingLaw | None, str]:
     """Fit the law on the reference curves' L(1)/raw(1); D = TPP · N tokens per run.
 
-    Returns (law, note); the law is None when it cannot be fitted (too few sizes), and the note says why.
+    Returns (law, note); the law is None when it cannot be fitted (too few sizes, or runs whose TPP is not
+    defined: without it a run has no D), and the note says why and what to give.
     """
     N = reference_params(curves, params)
+    undefined = [c.run for c in curves if c.tpp is None]
+    if undefined:
+        runs = ", ".join(undefined[:5]) + (", ..." if len(undefined) > 5 else "")
+        return None, (
+            f"no scaling law: tpp not defined for {len(undefined)} run(s) ({runs}); the law L(N, D) needs "
+            "each run's training tokens D = tpp * N: give tpp (training tokens / params) to fit it; "
+            "`forecast` cannot be used"
+        )
     D = np.array([c.tpp for c in curves], dtype=float) * N
     y = np.array([c.final_loss / raw_end(surrogate, c.schedule, c.tau, c.tpp) for c in curves])
     try:
@@ -160,7 +170,8 @@ def forecast(
     if law is None:
         raise InputError(
             "the surrogate has no scaling law; calibrate it with model sizes (a params column, 3 or more "
-            "sizes) to forecast"
+            "sizes) and each run's tpp (the law needs training tokens D = tpp * N; a run whose tpp is empty "
+            "has none) to forecast"
         )
     for name, v in (("params", params), ("tokens", tokens)):
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:

@@ -139,7 +139,7 @@ def predict_final_loss(
     surrogate: Surrogate,
     schedule: Schedule,
     tau: float | None,
-    tpp: float,
+    tpp: float | None,
     min_fraction: float = 0.1,
     confidence: float = 0.9,
     params: float | None = None,
@@ -153,7 +153,8 @@ def predict_final_loss(
     when:
     the inputs are not 1-D arrays of equal length, a value is NaN/inf, a loss is ≤ 0, a t̂ lies outside
     [0, 1], p < ``min_fraction``, fewer than 3 points are in the window, or the surrogate cannot serve these
-    controls (e.g. a τ law calibrated with weight decay and a run without).
+    controls (e.g. a τ law calibrated with weight decay and a run without, or a TPP law and a run whose
+    ``tpp`` is None: not defined).
     """
     cache = _ACTIVE_CACHE
     bucket = cache.bucket(surrogate) if cache is not None else None

@@ -303,7 +303,15 @@ def fit_scaling_law(
         raise InputError("scaling law: params, tokens and final_loss must be lists of the same length")
     for name, arr in (("params", N), ("tokens", D), ("final_loss", L)):
         if arr.size and not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-            raise InputError(f"scaling law: every {name} value must be a positive finite number")
+            bad = int(np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))[0])
+            what = {
+                "params": "the model size N in parameters",
+                "tokens": "the training tokens D (tpp * N; a run whose TPP is not defined has no D: pass its "
+                          "training tokens, or leave it out of the fit)",
+                "final_loss": "the final loss",
+            }[name]
+            raise InputError(f"scaling law: every {name} value must be a positive finite number, got "
+                             f"{float(arr[bad])!r} at run {bad}; give {what}")
     if alpha is not None and not (_finite(alpha) and 0 < alpha <= 3):
         raise InputError(f"scaling law: a fixed alpha must be in (0, 3], got {alpha!r}")
     if target not in TARGETS:

@@ -4,7 +4,9 @@
 
 with b = b_c · τ^b_e (AdamW timescale τ) and q = q_c · TPP^q_e (tokens per parameter). When the reference set
 had one τ only (or no weight decay), the τ law is the constant b = b_c (``tau_law == "constant"``); likewise
-``tpp_law == "constant"`` gives q = q_c. A surrogate also carries how to align a partial curve onto ℓ̂
+``tpp_law == "constant"`` gives q = q_c (a single TPP, or runs whose TPP is not defined, e.g. fine-tuning).
+A run without a TPP (``tpp`` None) can be served only by a constant q law, as a run without weight decay
+only by a constant τ law. A surrogate also carries how to align a partial curve onto ℓ̂
 (``align``, ``align_start``) and the learned error model of final-loss predictions by training fraction.
 
 The error model has two parts. ``error_bands`` (bias and spread of log(actual/predicted) over held-out
@@ -157,7 +159,8 @@ class Surrogate:
         b_c, b_e: b = b_c · τ^b_e (b = b_c when ``tau_law`` is "constant").
         q_c, q_e: q = q_c · TPP^q_e (q = q_c when ``tpp_law`` is "constant").
         eps1, eps2, m: the paper's fixed constants (0.001, 0.1, 0.05) unless calibration freed m.
-        tau_law, tpp_law: "power" or "constant" (a degenerate reference set: single τ / no decay, single TPP).
+        tau_law, tpp_law: "power" or "constant" (a degenerate reference set: single τ / no decay, single TPP /
+            TPP not defined).
         align: the early-align loss, "sq" (squared error, closed form), "mae" or "log".
         align_start: a prediction at fraction p aligns on the points with t̂ ≥ align_start · p.
         error_bands: learned prediction errors by fraction (sorted by fraction); empty when not calibrated.
@@ -169,7 +172,8 @@ class Surrogate:
         size_trend: the error model as a function of the model size (see `SizeTrend`), one per learned
             fraction; empty when the reference curves had no sizes (``params``) or a single size.
         reference: the ranges the surrogate was calibrated on, {"params": [lo, hi], "tpp": [lo, hi],
-            "tau": [lo, hi]} (a key is absent when unknown: no sizes, no weight decay); see `extrapolation`.
+            "tau": [lo, hi]} (a key is absent when unknown: no sizes, no weight decay, TPP not defined); see
+            `extrapolation`.
         info: free-form notes from calibration (fit region, weighting, fit MAE, ...), kept in the JSON.
         scaling_law: the final-loss law L(N, D) fitted on the same reference runs (`collapse-hpo forecast`),
             or None (fewer than 3 sizes, no sizes given, or a file written before the law existed).
@@ -236,12 +240,17 @@ class Surrogate:
             raise InputError(f"surrogate: tau must be positive, got {tau}")
         return self.b_c * tau**self.b_e
 
-    def q(self, tpp: float) -> float:
-        """q(TPP)."""
+    def q(self, tpp: float | None) -> float:
+        """q(TPP). Raises InputError when the TPP law is a power law and the run's TPP is not defined
+        (None)."""
         if self.tpp_law == "constant":
             return self.q_c
-        if tpp is None or not math.isfinite(tpp) or tpp <= 0:
-            raise InputError(f"surrogate: tpp must be a positive number, got {tpp}")
+        if tpp is None:
+            raise InputError("surrogate: q depends on TPP (calibrated on runs with a tpp) but this run's tpp "
+                             "is not defined (tpp empty); give the run's tokens per parameter, or calibrate "
+                             "on runs without a tpp (q is then a constant)")
+        if not math.isfinite(tpp) or tpp <= 0:
+            raise InputError(f"surrogate: tpp must be a positive number (or empty: not defined), got {tpp}")
         return self.q_c * tpp**self.q_e
 
     def normalized_bq(
@@ -255,9 +264,10 @@ class Surrogate:
         return raw / raw1
 
     def normalized(
-        self, t_hat: float | np.ndarray, schedule: Schedule, tau: float | None, tpp: float
+        self, t_hat: float | np.ndarray, schedule: Schedule, tau: float | None, tpp: float | None
     ) -> np.ndarray:
-        """ℓ̂(t̂) = L(t̂)/L(1) predicted for a run with this schedule, τ (None: no decay) and TPP; 1 at t̂ = 1."""
+        """ℓ̂(t̂) = L(t̂)/L(1) predicted for a run with this schedule, τ (None: no decay) and TPP (None: not
+        defined); 1 at t̂ = 1."""
         t = np.atleast_1d(np.asarray(t_hat, dtype=float))
         eta = np.asarray(schedule(t), dtype=float)
         return self.normalized_bq(t, eta, float(schedule(1.0)), self.b(tau), self.q(tpp))
@@ -304,7 +314,8 @@ class Surrogate:
     def extrapolation(self, params: float | None, tpp: float | None, tau: float | None) -> str | None:
         """A one-line note when a run's controls lie outside the reference ranges, else None.
 
-        ``params`` (parameters N), ``tpp`` and ``tau`` (None: unknown / no weight decay) are compared with
+        ``params`` (parameters N), ``tpp`` and ``tau`` (None: unknown / not defined / no weight decay) are
+        compared with
         ``reference``; a control the reference did not record is not checked. The ratio says how far out.
         Any size outside the reference sizes counts; TPP and τ count when more than ``EXTRAPOLATION_SLACK``
         (5%) outside (runs of one family differ slightly in TPP, e.g. 244–257 on qiu chess).

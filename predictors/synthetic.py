@@ -32,7 +32,7 @@ def synthetic_curves(
     surrogate: Surrogate | None = None,
     *,
     taus: Sequence[float | None] = (0.05, 0.1, 0.2),
-    tpps: Sequence[float] = (20.0, 80.0),
+    tpps: Sequence[float | None] = (20.0, 80.0),
     schedule: Schedule | None = None,
     n_points: int = 200,
     t_start: float = 0.01,
@@ -46,7 +46,7 @@ def synthetic_curves(
     Args:
         surrogate: the truth (default ``TRUE_SURROGATE``).
         taus: AdamW timescales (None: no weight decay, needs a constant τ law).
-        tpps: tokens per parameter.
+        tpps: tokens per parameter (None: not defined, e.g. fine-tuning; needs a constant TPP law).
         schedule: LR schedule shape (default linear decay to zero).
         n_points: points per curve, evenly spaced in t̂ over [t_start, 1].
         noise: relative std of the multiplicative noise on each point (the final point included).
@@ -66,9 +66,9 @@ def synthetic_curves(
             for s in range(seeds):
                 lf = final_loss * float(rng.uniform(0.9, 1.1))
                 loss = lf * shape * (1.0 + noise * rng.standard_normal(n_points))
-                name = f"tau{tau}_tpp{tpp:g}_s{s}"
+                name = f"tau{tau}_tpp{'none' if tpp is None else format(tpp, 'g')}_s{s}"
                 curves.append(Curve(run=name, t_hat=t.copy(), loss=loss, lr=eta.copy(), schedule=sched,
-                                    tau=tau, tpp=float(tpp),
+                                    tau=tau, tpp=None if tpp is None else float(tpp),
                                     meta={"true_final_loss": lf, "seed": s, "generator": "surrogate"}))
     return curves
 

@@ -58,6 +58,13 @@ BAD = {
                           "space.lr", "low > 0"),
     "lr missing": (_with(space={}), "lr", "is needed"),
     "tpp and total_tokens": (_with(total_tokens=10_000), "tpp", "exactly one"),
+    "neither tpp nor total_tokens": ({k: v for k, v in BASE.items() if k != "tpp"}, "tpp", "exactly one"),
+    "total_tokens with tau optimal by default": (
+        {**{k: v for k, v in BASE.items() if k != "tpp"}, "total_tokens": 10_000}, "tau",
+        "'optimal' (the default) is optimal_tau(tpp) and needs a TPP, but this sweep gives total_tokens"),
+    "total_tokens with tau optimal": (
+        {**{k: v for k, v in BASE.items() if k != "tpp"}, "total_tokens": 10_000, "tau": "optimal"}, "tau",
+        "give tau as a number (fraction of training), null (no weight decay), or weight_decay"),
     "bad schedule": (_with(schedule="cosinee"), "schedule", "linear, cosine"),
     "bad sampler": (_with(sampler={"name": "cmaes"}), "sampler.name", "'random', 'qmc'"),
     "bad reference": (_with(pruner={"reference": {"online": True, "surrogate": "s.json"}}),
@@ -90,6 +97,30 @@ def test_defaults_and_derived_quantities() -> None:
     # λ given with tau: null holds λ, not τ.
     fixed_lambda = parse_sweep(_with(tau=None, fixed={"batch_tokens": 512, "weight_decay": 0.1}), "x.yaml")
     assert sweep_tau(fixed_lambda, 20.0) is None
+
+
+def test_total_tokens_sweep_has_no_tpp() -> None:
+    """A fine-tuning-style sweep gives total_tokens: its TPP is not defined, so τ is a number or not held."""
+    from collapse_hpo.hpo.space import sweep_total_tokens
+    from collapse_hpo.hpo.trial import train_config
+
+    no_tpp = {k: v for k, v in BASE.items() if k != "tpp"}
+    for extra, tau in (({"tau": 0.2}, 0.2), ({"tau": None}, None),
+                       ({"fixed": {"batch_tokens": 512, "weight_decay": 0.1}}, None)):
+        sweep = parse_sweep({**no_tpp, "total_tokens": 20_480, **extra}, "x.yaml")
+        total, tpp, _n = sweep_total_tokens(sweep)
+        assert (total, tpp) == (20_480, None)
+        assert space_for_sweep(sweep).tau == tau
+        _config, derived = train_config(sweep, {"lr": 0.01}, seed=0)
+        assert derived["tpp"] is None and derived["total_tokens"] == 20_480
+        if tau is not None:
+            assert derived["tau"] == pytest.approx(tau)
+    with pytest.raises(InputError, match="needs a TPP"):
+        sweep_tau(parse_sweep({**no_tpp, "total_tokens": 20_480, "tau": 0.2}, "x.yaml").model_copy(
+            update={"tau": "optimal"}), None)
+    # A sweep with tpp records the trainer's D/N, as before.
+    _config, derived = train_config(parse_sweep(BASE, "x.yaml"), {"lr": 0.01}, seed=0)
+    assert derived["tpp"] == pytest.approx(20, rel=0.05)
 
 
 def test_grid_sampler_counts_points() -> None:

@@ -48,7 +48,7 @@ def test_rows_sorted_extra_columns_ignored_inf_tau_means_no_decay(tmp_path):
     (HEADER + "r,0.1,1,1,0.1,20,\nr,x,1,1,0.1,20,\n", r"line 3: column 't_hat' has 'x'"),
     (HEADER + "r,1.5,1,1,0.1,20,\n", r"line 2: column 't_hat' is 1.5"),
     (HEADER + "r,0.1,1,1,-2,20,\n", r"line 2: column 'tau' is -2"),
-    (HEADER + "r,0.1,1,1,0.1,,\n", r"line 2: column 'tpp' is empty"),
+    (HEADER + "r,0.1,1,1,0.1,0,\n", r"line 2: column 'tpp' is 0.0; give a positive number"),
     (HEADER + "r,0.1,1,1,0.1,20,\nr,0.2,1,1,0.2,20,\n", r"line 3: column 'tau' changes within run 'r'"),
     (HEADER + "r,0.1,1,1,0.1,20,\nr,0.2,1,1,0.1,40,\n", r"line 3: column 'tpp' changes within run 'r'"),
     (HEADER + "r,0.1,1,,0.1,20,\n", r"run 'r' has no positive value in column 'lr'"),

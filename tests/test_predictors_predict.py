@@ -137,7 +137,8 @@ def _curves():
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(curve=_curves(), tau=st.sampled_from([None, 0.1, 1e-9, 1e9]), tpp=st.sampled_from([20.0, 1e-6, 1e6]))
+@given(curve=_curves(), tau=st.sampled_from([None, 0.1, 1e-9, 1e9]),
+       tpp=st.sampled_from([20.0, 1e-6, 1e6, None]))
 def test_fuzz_never_raises_returns_prediction_or_reason(curve, tau, tpp):
     t, y = curve
     for s in (TRUE_SURROGATE, BANDED):

@@ -127,7 +127,7 @@ def test_optuna_tpp_the_surrogate_needs_but_nobody_gives_is_said():
                             min_fraction=0.2)  # no tpp
     study, said = _run(pruner, 3, tokens_per_report=TOTAL // REPORTS, controls=None)
     assert len(said) == 1, said
-    assert "tpp is unknown" in said[0]
+    assert "tpp is not defined" in said[0]
     assert [w["key"] for w in study.user_attrs[WARNINGS_ATTR]] == [UNJUDGEABLE_WARNING]
 
 

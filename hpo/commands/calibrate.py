@@ -12,7 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "curves",
         metavar="CURVES.csv",
-        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp, optional params (model parameter count N: "
+        help="curve CSV: columns run, t_hat, loss, lr, tau (empty: no weight decay), tpp (empty: not "
+        "defined, e.g. fine-tuning; q(TPP) is then a constant), optional params (model parameter count N: "
         "calibration then learns how its error moves with size, and fits the final-loss law for `forecast`); "
         "one row per logged point",
     )

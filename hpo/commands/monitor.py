@@ -96,7 +96,11 @@ def _check_all(args: argparse.Namespace, rule, ref_of) -> list[tuple]:
         curves = [c for c in curves if c.run in args.run]
     out = []
     for c in curves:
-        rt, rl = ref_of(c)
+        try:
+            rt, rl = ref_of(c)
+        except InputError as err:  # e.g. a surrogate with a TPP law and a run whose tpp is not defined
+            why = str(err).removeprefix("surrogate: ")
+            raise InputError(f"{args.curves}: run {c.run!r}: {why}") from None
         res = residuals(c.t_hat, c.loss, rt, rl, rule)
         raw = raw_loss_alarm(c.t_hat, c.loss, margin=args.raw_margin, persistence=args.persistence,
                              smooth=args.smooth)

@@ -12,8 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "curves",
         metavar="CURVES.csv",
-        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp, optional params (the model's parameter "
-        "count N; with it the surrogate's size trend corrects the prediction); one row per logged point",
+        help="curve CSV: columns run, t_hat, loss, lr, tau, tpp (may be empty: not defined), optional params "
+        "(the model's parameter count N; with it the surrogate's size trend corrects the prediction); one "
+        "row per logged point",
     )
     parser.add_argument(
         "--surrogate",

@@ -12,7 +12,8 @@ HELP = "replay finished curves through pruners in random trial orders: compute u
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `collapse-hpo replay`."""
     parser.add_argument("curves", nargs="?", default=None,
-                        help="curve CSV (run, t_hat, loss, lr, tau, tpp): one complete run per trial "
+                        help="curve CSV (run, t_hat, loss, lr, tau, tpp; tau and tpp may be empty): one "
+                             "complete run per trial "
                              "(not needed with --pruner list)")
     parser.add_argument("--pruner", action="append", default=None, metavar="NAME",
                         help="pruner to replay (repeatable; default: all). 'list' prints the names")

@@ -46,6 +46,7 @@ ignored (and said so in the reason). The function never raises on a curve; every
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -464,6 +465,7 @@ SCHEDULE_TOLERANCE = 0.01
 _SCHEDULE_GRID = np.linspace(0.0, 1.0, 201)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # exact: Schedules are frozen and hashed by their fields
 def same_schedule(a: Schedule, b: Schedule) -> bool:
     """Whether two LR schedule shapes agree: mean |a(t̂) − b(t̂)| < ``SCHEDULE_TOLERANCE`` on a grid of t̂.
 
@@ -472,8 +474,16 @@ def same_schedule(a: Schedule, b: Schedule) -> bool:
     """
     if a == b:
         return True
-    diff = np.abs(np.asarray(a(_SCHEDULE_GRID), dtype=float) - np.asarray(b(_SCHEDULE_GRID), dtype=float))
+    diff = np.abs(_on_grid(a) - _on_grid(b))
     return bool(np.mean(diff) < SCHEDULE_TOLERANCE)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _on_grid(schedule: Schedule) -> np.ndarray:
+    """The schedule on ``_SCHEDULE_GRID`` (read-only; computed once per schedule)."""
+    out = np.asarray(schedule(_SCHEDULE_GRID), dtype=float)
+    out.setflags(write=False)
+    return out
 
 
 def _same_value(a: float | None, b: float | None) -> bool:

@@ -287,6 +287,9 @@ class Judge:
             raise InputError(f"'judge_every' must be a fraction of training in [0, 1), got {judge_every!r}")
         self.settings = settings
         self.judge_every = float(judge_every)
+        # The Competitor built of each other trial's latest view (by trial number), reused while an adapter
+        # hands in the same view object (hpo/pruner.py reuses the views of unchanged stored trials).
+        self._competitors: dict[int | str, tuple[TrialView, Competitor | None]] = {}
         self._complete: dict[int | str, tuple[tuple[Any, ...], Competitor]] = {}  # see _finished
 
     # ------------------------------------------------------------------ the steps
@@ -320,29 +323,41 @@ class Judge:
         for o in others:
             if o.number == trial.number:
                 continue
-            final = latest = None
-            if o.state == "complete":
-                if o.final_loss is None or not math.isfinite(o.final_loss):
-                    continue
-                final = float(o.final_loss)
-            elif o.state == "running":
-                # A running trial competes through its curve even before its first prediction: between
-                # trials with equal controls no prediction is needed (hpo/decision.py, the loss ratio).
-                latest = latest_prediction(list(o.log))
-            else:
+            hit = self._competitors.get(o.number)
+            if hit is not None and hit[0] is o:  # the same view (an adapter reuses unchanged ones)
+                if hit[1] is not None:
+                    out.append(hit[1])
+                    numbers.append(o.number)
                 continue
-            c = o.controls
-            if c is None or o.problem is not None:
-                out.append(Competitor(final_loss=final, latest=latest))
-            elif o.state == "complete":
-                out.append(self._finished(o, final, c))
-            else:
-                out.append(Competitor.from_reports(
-                    o.t_hat, o.loss, final_loss=final, latest=latest, schedule=c.schedule, tau=c.tau,
-                    tpp=c.tpp,
-                ))
-            numbers.append(o.number)
+            comp = self._competitor(o)
+            self._competitors[o.number] = (o, comp)
+            if comp is not None:
+                out.append(comp)
+                numbers.append(o.number)
         return out, numbers
+
+    def _competitor(self, o: TrialView) -> Competitor | None:
+        """The Competitor of one other trial's view, or None when it does not compete."""
+        final = latest = None
+        if o.state == "complete":
+            if o.final_loss is None or not math.isfinite(o.final_loss):
+                return None
+            final = float(o.final_loss)
+        elif o.state == "running":
+            # A running trial competes through its curve even before its first prediction: between
+            # trials with equal controls no prediction is needed (hpo/decision.py, the loss ratio).
+            latest = latest_prediction(list(o.log))
+        else:
+            return None
+        c = o.controls
+        if c is None or o.problem is not None:
+            return Competitor(final_loss=final, latest=latest)
+        if o.state == "complete":
+            assert final is not None
+            return self._finished(o, final, c)
+        return Competitor.from_reports(
+            o.t_hat, o.loss, final_loss=final, latest=latest, schedule=c.schedule, tau=c.tau, tpp=c.tpp,
+        )
 
     def _finished(self, o: TrialView, final: float, c: TrialControls) -> Competitor:
         """A completed trial as a competitor, built once: its curve no longer changes, so later judgements

@@ -293,17 +293,38 @@ def _asha_tuned(sweep: Sweep) -> Any:
                          grace_period=250, reduction_factor=2)
 
 
-def _median_stopping(sweep: Sweep) -> Any:
+def _memo_median_stopping(**kwargs: Any) -> Any:
+    """Ray's MedianStoppingRule with its running means memoized: the same rule, decision for decision.
+
+    At every result the rule takes, for each other trial, the mean of its results from the grace period
+    up to the current time: O(trials × reports) per result, O(trials² × reports²) per sweep (half of a
+    400-trial replay's time). A trial's results only grow by appending, so (trial, time, number of its
+    results) fixes that mean; it is computed once. ``tests/test_replay_cache.py`` checks equal decisions.
+    """
     from ray.tune.schedulers import MedianStoppingRule
 
-    return MedianStoppingRule(time_attr="t_permille", metric="loss", mode="min")
+    class MemoMedianStoppingRule(MedianStoppingRule):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self._means: dict[tuple[Any, float, int], Any] = {}
+
+        def _running_mean(self, trial: Any, time: float) -> Any:
+            key = (trial, time, len(self._results[trial]))
+            mean = self._means.get(key)
+            if mean is None:
+                mean = self._means[key] = super()._running_mean(trial, time)
+            return mean
+
+    return MemoMedianStoppingRule(**kwargs)
+
+
+def _median_stopping(sweep: Sweep) -> Any:
+    return _memo_median_stopping(time_attr="t_permille", metric="loss", mode="min")
 
 
 def _median_stopping_tuned(sweep: Sweep) -> Any:
-    from ray.tune.schedulers import MedianStoppingRule
-
-    return MedianStoppingRule(time_attr="t_permille", metric="loss", mode="min", grace_period=250,
-                              min_samples_required=4)
+    return _memo_median_stopping(time_attr="t_permille", metric="loss", mode="min", grace_period=250,
+                                 min_samples_required=4)
 
 
 PEERS: dict[str, PrunerFactory] = {

@@ -219,7 +219,10 @@ class CollapsePruner(BasePruner):
         self._recorded_label: str | None = None
         # What this process knows of each running trial it judged, by (storage, trial id): see ``prune``.
         self._known: dict[tuple[int, int], _Known] = {}
-        self._finished: dict[tuple[int, int], tuple[tuple[Any, ...], TrialView]] = {}  # _other_view
+        # The latest view built of each stored trial (by storage id): (the FrozenTrial it was built from, its
+        # fingerprint, the view). Reused while the storage hands out the same, unchanged FrozenTrial.
+        self._views: dict[int, tuple[FrozenTrial, tuple[Any, ...], TrialView]] = {}
+        self._entries: dict[int, tuple[Any, DecisionEntry | None]] = {}  # read_log's memo of parsed entries
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -304,7 +307,7 @@ class CollapsePruner(BasePruner):
                 return surrogate, label
 
         def others() -> list[TrialView]:
-            return [self._other_view(id(storage), t) for t in (trials or study.get_trials(deepcopy=False))]
+            return self._views_of(trials or study.get_trials(deepcopy=False))
 
         verdict = self._judge.judge(view, others, reference)
         if stored.state == TrialState.RUNNING:
@@ -332,19 +335,32 @@ class CollapsePruner(BasePruner):
                     emit(w)
 
     # ------------------------------------------------------------------ internals
-    def _other_view(self, storage_id: int, t: FrozenTrial) -> TrialView:
-        """``_view`` of another trial; a finished trial's view is built once (Optuna does not change a
-        finished trial), so a judgement late in a sweep does not sort every completed curve again."""
-        if not t.state.is_finished():
-            return self._view(t)
-        key = (storage_id, _trial_id_of(t))
-        check = (t.state, len(t.intermediate_values), t.value)
-        hit = self._finished.get(key)
-        if hit is not None and hit[0] == check:
-            return hit[1]
-        view = self._view(t)
-        self._finished[key] = (check, view)
-        return view
+    def _views_of(self, trials: list[FrozenTrial]) -> list[TrialView]:
+        """``_view`` of each trial, built once per stored version of a trial.
+
+        Optuna's storages never change a FrozenTrial they handed out: every write replaces the trial's
+        object (copy-on-write in memory and in the journal, fresh objects read back from a database). So
+        while a trial is the object its view was built from, and its fingerprint (state, number of
+        reports and of user attrs) is unchanged, the view is the same. Building every trial's view anew at
+        every judgement (its reports, controls and decision log parsed) made a sweep's judgements
+        O(trials²) in parsing alone.
+        """
+        cache = self._views
+        out: list[TrialView] = []
+        append = out.append
+        for t in trials:
+            hit = cache.get(_trial_id_of(t))
+            fingerprint = (t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
+            # A finished trial never changes (Optuna refuses writes to it), so its view is reused even when
+            # a database storage hands out a new object for it.
+            if hit is not None and hit[1] == fingerprint and (hit[0] is t or t.state.is_finished()):
+                append(hit[2])
+                continue
+            view = self._view(t)
+            # One dict store: atomic under the GIL (an Optuna study's workers in threads).
+            cache[_trial_id_of(t)] = (t, fingerprint, view)
+            append(view)
+        return out
 
     def _view(self, t: FrozenTrial) -> TrialView:
         """The judge's view of a stored trial (controls from its user attrs, else this pruner's defaults)."""
@@ -353,7 +369,7 @@ class CollapsePruner(BasePruner):
         final = None
         if t.state == TrialState.COMPLETE and t.user_attrs.get(SAMPLER_STEP_ATTR) is None:
             state, final = "complete", t.value
-        log = tuple(read_log(t.user_attrs))
+        log = tuple(read_log(t.user_attrs, self._entries))
         try:
             controls = self._defaults.merged(t.user_attrs, f"trial {t.number} user attrs")
         except InputError as err:

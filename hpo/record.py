@@ -295,14 +295,31 @@ def _finite_or_none(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def read_log(user_attrs: Mapping[str, Any]) -> list[DecisionEntry]:
-    """A trial's decision log (oldest first; empty when never judged); malformed entries are skipped."""
+def read_log(
+    user_attrs: Mapping[str, Any], memo: dict[int, tuple[Any, DecisionEntry | None]] | None = None
+) -> list[DecisionEntry]:
+    """A trial's decision log (oldest first; empty when never judged); malformed entries are skipped.
+
+    ``memo`` (optional, the caller's): entries already read, by the identity of their stored dict (kept
+    alive in the memo). A storage hands the same dict objects back while a log grows by appending (in
+    memory, the journal), so each entry is parsed once; the stored dicts are never changed in place.
+    """
     out: list[DecisionEntry] = []
     for d in user_attrs.get(DECISIONS_ATTR) or []:
+        if memo is not None:
+            hit = memo.get(id(d))
+            if hit is not None and hit[0] is d:
+                if hit[1] is not None:
+                    out.append(hit[1])
+                continue
         try:
-            out.append(DecisionEntry.from_dict(d))
+            entry: DecisionEntry | None = DecisionEntry.from_dict(d)
         except InputError:
-            continue
+            entry = None
+        if memo is not None:
+            memo[id(d)] = (d, entry)
+        if entry is not None:
+            out.append(entry)
     return out
 
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,48 @@ def reference_curves(
     return curves, numbers
 
 
+class FitCache:
+    """Memo of ``fit_surrogate``: the same curves give the same surrogate, calibrated once.
+
+    Exact by construction: the key is everything the fit reads of the curves, in order (name, t̂ and loss
+    as float64 bytes, schedule, τ, TPP, params). Used by the replay harness (hpo/replay.py) across trial
+    orders; install it with ``fit_caching(cache)``. A cached surrogate is shared: callers must not change
+    it. Counts ``hits``, ``misses``, and ``set_repeats``: misses whose set of curves (ignoring names and
+    order) was fitted before, i.e. what a key by the set of completed trials would have added.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], Surrogate] = {}
+        self.sets: set[frozenset[Any]] = set()
+        self.hits = 0
+        self.misses = 0
+        self.set_repeats = 0
+
+    @staticmethod
+    def parts(curves: list[Curve]) -> list[tuple[Any, ...]]:
+        """Each curve's content as the fit reads it (without its name)."""
+        def raw(a: Any) -> bytes:
+            return np.asarray(a, dtype=np.float64).tobytes()
+
+        return [(raw(c.t_hat), raw(c.loss), c.schedule, c.tau, c.tpp, c.params) for c in curves]
+
+
+_FIT_CACHE: FitCache | None = None
+
+
+@contextmanager
+def fit_caching(cache: FitCache | None) -> Iterator[FitCache | None]:
+    """Within the block, ``fit_surrogate`` answers from ``cache`` (None: no cache). For one thread's work
+    (the replay harness), not for a live sweep's workers."""
+    global _FIT_CACHE
+    before = _FIT_CACHE
+    _FIT_CACHE = cache
+    try:
+        yield cache
+    finally:
+        _FIT_CACHE = before
+
+
 def fit_surrogate(curves: list[Curve]) -> Surrogate:
     """Calibrate a surrogate on reference curves (``predictors.calibrate``); deterministic for given curves.
 
@@ -87,7 +130,29 @@ def fit_surrogate(curves: list[Curve]) -> Surrogate:
     all differ in τ (per-trial controls: a random search over lr, λ, batch) has one group per trial, so with
     one group per fold it would have no pair_bands until 6 trials completed, and the paired comparison of
     trials with other controls would not work before.
+
+    Answers from the active ``FitCache`` when one is installed (``fit_caching``).
     """
+    cache = _FIT_CACHE
+    if cache is None:
+        return _fit(curves)
+    parts = cache.parts(curves)
+    key = tuple((c.run, *part) for c, part in zip(curves, parts))
+    hit = cache.entries.get(key)
+    if hit is not None:
+        cache.hits += 1
+        return hit
+    surrogate = _fit(curves)  # a failed fit raises and is not cached: the caller says why, every time
+    cache.misses += 1
+    group = frozenset(parts)
+    if group in cache.sets:
+        cache.set_repeats += 1
+    cache.sets.add(group)
+    cache.entries[key] = surrogate
+    return surrogate
+
+
+def _fit(curves: list[Curve]) -> Surrogate:
     from collapse_hpo.predictors.calibrate import calibrate
 
     single = len({(c.tau, c.tpp) for c in curves}) == 1

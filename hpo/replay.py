@@ -19,16 +19,25 @@ Measured per replay (``ReplayResult``):
 Pruners plug in through the ``ReplayPruner`` protocol (adapters for Optuna pruners, Ray Tune schedulers
 and the
 other peers live in ``collapse_hpo.hpo.peers``). This module needs numpy only (matplotlib for the plot).
+
+Speed (``replay``): what does not depend on the trial order is computed once per pruner and shared by its
+orders (``ReplayCaches``: every final-loss prediction, keyed by its inputs, and every online reference fit,
+keyed by the curves fitted); ``jobs`` spreads the (pruner, order) replays over worker processes. Both are
+exact: the decisions are those of the plain path (tests/test_replay_cache.py). The online reference is
+refitted where the live pruner refits it (it is the live pruner): whenever the set of completed trials
+has changed at a judgement. Those sets differ from order to order, so its fits are rarely shared.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -291,6 +300,63 @@ def summarize(sweep: Sweep, results: Sequence[ReplayResult]) -> Summary:
     )
 
 
+@dataclass
+class ReplayCaches:
+    """What one pruner's replays share across trial orders: nothing that depends on the order.
+
+    - ``predictions``: every ``predict_final_loss`` call (predictors/predict.py, ``PredictionCache``): the
+      prediction of trial i from its first k reports against one surrogate is the same in every order.
+    - ``fits``: the online reference's calibrations (hpo/reference.py, ``FitCache``), keyed by exactly the
+      curves fitted (their names, points and controls, in order).
+
+    Both are exact: a hit returns what the call would have computed. Counts of hits and misses are kept.
+    """
+
+    predictions: Any = None
+    fits: Any = None
+
+    @classmethod
+    def new(cls) -> ReplayCaches:
+        """Empty caches."""
+        from collapse_hpo.hpo.reference import FitCache
+        from collapse_hpo.predictors.predict import PredictionCache
+
+        return cls(predictions=PredictionCache(), fits=FitCache())
+
+    @contextmanager
+    def active(self) -> Iterator[ReplayCaches]:
+        """Install both caches for the calls made in the block."""
+        from collapse_hpo.hpo.reference import fit_caching
+        from collapse_hpo.predictors.predict import caching
+
+        with caching(self.predictions), fit_caching(self.fits):
+            yield self
+
+    def stats(self) -> dict[str, int]:
+        """Hits and misses of both caches."""
+        p, f = self.predictions, self.fits
+        return {"prediction_hits": p.hits, "prediction_misses": p.misses, "fit_hits": f.hits,
+                "fit_misses": f.misses, "fit_set_repeats": f.set_repeats}
+
+
+#: What the worker processes of ``replay(jobs > 1)`` inherit (fork): the sweep, the factories, the orders.
+_POOL: dict[str, Any] = {}
+
+
+def _run_order(task: tuple[int, int]) -> tuple[int, int, ReplayResult, dict[str, int] | None]:
+    """One order of one pruner in a worker process (its caches live for the process's life); returns the
+    result and what this order added to the cache counts."""
+    i, k = task
+    sweep, factories, perms = _POOL["sweep"], _POOL["factories"], _POOL["perms"]
+    caches = _POOL["caches"].setdefault(i, ReplayCaches.new()) if _POOL["cache"] else None
+    before = caches.stats() if caches is not None else None
+    with caches.active() if caches is not None else nullcontext():
+        result = simulate(sweep, factories[i](), perms[k], workers=_POOL["workers"], seed=_POOL["seed"] + k)
+    if caches is None or before is None:
+        return i, k, result, None
+    return i, k, result, {key: v - before[key] for key, v in caches.stats().items()}
+
+
 def replay(
     sweep: Sweep,
     pruners: Sequence[Callable[[], ReplayPruner]],
@@ -299,23 +365,99 @@ def replay(
     workers: int = 4,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    cache: bool = True,
+    stats: dict[str, dict[str, int]] | None = None,
 ) -> tuple[list[Summary], dict[str, list[ReplayResult]]]:
     """Replay ``sweep`` through each pruner (a factory: a fresh object per order) over the same random
-    orders."""
+    orders.
+
+    Args:
+        jobs: processes to spread the (pruner, order) replays over (1: this process). The results are the
+            same for any ``jobs``; with more than 1 the work runs in forked worker processes (POSIX).
+        cache: share what does not depend on the order across one pruner's orders (``ReplayCaches``);
+            the decisions are the same either way, only faster.
+        progress: called with each pruner's summary row when its orders are done, and with a line on the
+            orders done so far at most every ``PROGRESS_EVERY`` seconds of a long pruner.
+        stats: when given, filled with each pruner's cache hits and misses (summed over processes).
+    """
+    if jobs < 1:
+        raise InputError(f"replay: jobs must be at least 1, got {jobs}")
     perms = random_orders(sweep.n_trials, orders, seed)
-    summaries: list[Summary] = []
-    details: dict[str, list[ReplayResult]] = {}
-    for make in pruners:
-        results = []
-        for k, order in enumerate(perms):
-            p = make()
-            results.append(simulate(sweep, p, order, workers=workers, seed=seed + k))
-        s = summarize(sweep, results)
-        summaries.append(s)
-        details[s.pruner] = results
-        if progress is not None:
-            progress(format_row(s))
-    return summaries, details
+    results: dict[int, dict[int, ReplayResult]] = {i: {} for i in range(len(pruners))}
+    summaries: dict[int, Summary] = {}
+    started: dict[int, float] = {}
+    said: dict[int, float] = {}
+
+    def done(i: int, k: int, result: ReplayResult) -> None:
+        results[i][k] = result
+        now = time.perf_counter()
+        n = len(results[i])
+        if n == orders:
+            s = summarize(sweep, [results[i][j] for j in range(orders)])
+            summaries[i] = s
+            if progress is not None:
+                progress(format_row(s))
+        elif progress is not None and now - said.get(i, started[i]) >= PROGRESS_EVERY:
+            said[i] = now
+            progress(f"  {result.pruner}: {n}/{orders} orders done ({now - started[i]:.0f} s)")
+
+    if jobs == 1 or len(pruners) * orders == 1:
+        for i, make in enumerate(pruners):
+            caches = ReplayCaches.new() if cache else None
+            started[i] = time.perf_counter()
+            for k, order in enumerate(perms):
+                with caches.active() if caches is not None else nullcontext():
+                    r = simulate(sweep, make(), order, workers=workers, seed=seed + k)
+                done(i, k, r)
+            if stats is not None and caches is not None:
+                stats[summaries[i].pruner] = caches.stats()
+    else:
+        _pool_replay(sweep, pruners, perms, workers, seed, jobs, cache, started, done, stats)
+    ordered = [summaries[i] for i in range(len(pruners))]
+    details = {summaries[i].pruner: [results[i][k] for k in range(orders)] for i in range(len(pruners))}
+    return ordered, details
+
+
+#: Seconds between two progress lines of one long pruner.
+PROGRESS_EVERY = 10.0
+
+
+def _pool_replay(
+    sweep: Sweep,
+    pruners: Sequence[Callable[[], ReplayPruner]],
+    perms: list[list[int]],
+    workers: int,
+    seed: int,
+    jobs: int,
+    cache: bool,
+    started: dict[int, float],
+    done: Callable[[int, int, ReplayResult], None],
+    stats: dict[str, dict[str, int]] | None,
+) -> None:
+    """Run every (pruner, order) replay in ``jobs`` forked processes; ``done`` gets each result."""
+    import multiprocessing
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        raise InputError("replay: jobs > 1 needs the 'fork' start method (Linux, macOS); use 1 job") from None
+    _POOL.update(sweep=sweep, factories=list(pruners), perms=perms, workers=workers, seed=seed, cache=cache,
+                 caches={})
+    tasks = [(i, k) for i in range(len(pruners)) for k in range(len(perms))]
+    t0 = time.perf_counter()
+    for i in range(len(pruners)):
+        started[i] = t0
+    try:
+        with ctx.Pool(min(jobs, len(tasks))) as pool:
+            for i, k, result, counts in pool.imap_unordered(_run_order, tasks):
+                done(i, k, result)
+                if stats is not None and counts is not None:
+                    total = stats.setdefault(result.pruner, dict.fromkeys(counts, 0))
+                    for key, value in counts.items():
+                        total[key] += value
+    finally:
+        _POOL.clear()
 
 
 TABLE_COLUMNS = (

@@ -19,7 +19,10 @@ a prediction whose N, TPP or τ lies outside the reference ranges says so in ``e
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -186,10 +189,91 @@ def predict_final_loss(
     controls (e.g. a τ law calibrated with weight decay and a run without, or a TPP law and a run whose
     ``tpp`` is None: not defined).
     """
+    cache = _ACTIVE_CACHE
+    bucket = cache.bucket(surrogate) if cache is not None else None
+    key = _key(t_hat, loss, schedule, tau, tpp, min_fraction, confidence, params) \
+        if bucket is not None else None
+    if key is not None:
+        hit = bucket.get(key)
+        if hit is not None:
+            cache.hits += 1
+            return hit
     try:
-        return _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params)
+        out = _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params)
     except Exception as err:  # a curve must never crash a sweep: report the failure as a reason
-        return _fail(f"prediction failed: {type(err).__name__}: {err}")
+        out = _fail(f"prediction failed: {type(err).__name__}: {err}")
+    if key is not None:
+        cache.misses += 1
+        bucket[key] = out
+    return out
+
+
+def _key(t_hat: Any, loss: Any, schedule: Schedule, tau: Any, tpp: Any, min_fraction: Any, confidence: Any,
+         params: Any) -> tuple[Any, ...] | None:
+    """The memo key of one call within one surrogate's bucket; None when the inputs are not plain numbers
+    (then the call is not cached)."""
+    try:
+        t = np.asarray(t_hat, dtype=np.float64)
+        y = np.asarray(loss, dtype=np.float64)
+        key = (t.shape, t.tobytes(), y.shape, y.tobytes(), schedule, tau, tpp, min_fraction, confidence,
+               params)
+        hash(key)
+    except (TypeError, ValueError):
+        return None
+    return key
+
+
+class PredictionCache:
+    """Memo of ``predict_final_loss``: the same inputs give the same (immutable) Prediction, computed once.
+
+    Exact by construction: per surrogate object (by identity; the cache holds a reference, so an identity
+    is never reused while its entries exist), the key is the inputs themselves (t̂ and loss as float64
+    bytes, the schedule, τ, TPP, min_fraction, confidence, params). A surrogate must not be changed while
+    the cache is in use. Entries are kept for the ``max_surrogates`` surrogates used most recently (an
+    online reference fits a new one whenever the completed trials change; older fits are not asked again).
+    Used by the replay harness (hpo/replay.py), where the prediction of one trial from its first k
+    reports against one surrogate recurs in every trial order; install it with ``caching(cache)``.
+    Counts ``hits`` and ``misses``.
+    """
+
+    def __init__(self, max_surrogates: int = 8) -> None:
+        self.max_surrogates = max_surrogates
+        self.hits = 0
+        self.misses = 0
+        self._buckets: dict[int, tuple[Surrogate, dict[tuple[Any, ...], Prediction]]] = {}
+
+    def bucket(self, surrogate: Surrogate) -> dict[tuple[Any, ...], Prediction]:
+        """The entries of one surrogate (made most recent; the least recent bucket beyond
+        ``max_surrogates`` is dropped with its reference)."""
+        sid = id(surrogate)
+        got = self._buckets.pop(sid, None)
+        if got is None or got[0] is not surrogate:
+            got = (surrogate, {})
+        self._buckets[sid] = got  # re-inserted: the dict's order is the order of use
+        while len(self._buckets) > self.max_surrogates:
+            del self._buckets[next(iter(self._buckets))]
+        return got[1]
+
+    @property
+    def size(self) -> int:
+        """Predictions held."""
+        return sum(len(b) for _, b in self._buckets.values())
+
+
+_ACTIVE_CACHE: PredictionCache | None = None
+
+
+@contextmanager
+def caching(cache: PredictionCache | None) -> Iterator[PredictionCache | None]:
+    """Within the block, ``predict_final_loss`` answers from ``cache`` (None: no cache). Not thread-safe:
+    for one thread's work (the replay harness), not for a live sweep's workers."""
+    global _ACTIVE_CACHE
+    before = _ACTIVE_CACHE
+    _ACTIVE_CACHE = cache
+    try:
+        yield cache
+    finally:
+        _ACTIVE_CACHE = before
 
 
 def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:

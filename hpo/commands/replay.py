@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=4,
                         help="concurrent trials, as in a live sweep (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the trial orders (default 0)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes to replay orders in parallel (default: the CPU cores, at most 4; "
+                             "results are the same for any number)")
     parser.add_argument("--reports", type=int, default=None,
                         help="report points per trial when t_hat grids differ (default: median count)")
     ref = parser.add_mutually_exclusive_group()
@@ -30,6 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", default=None, help="write the summary table as CSV here")
     parser.add_argument("--plot", default=None, help="write the compute-vs-regret plot (PNG) here")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+
+
+def default_jobs() -> int:
+    """The default ``--jobs``: the CPU cores this process may use, at most 4 (1 where fork is missing)."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"replay: --orders must be at least 1, got {args.orders}")
     if args.workers < 1:
         raise InputError(f"replay: --workers must be at least 1, got {args.workers}")
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError(f"replay: --jobs must be at least 1, got {args.jobs}")
+    jobs = args.jobs if args.jobs is not None else default_jobs()
     chosen = args.pruner or names
     unknown = [n for n in chosen if n not in names]
     if unknown:
@@ -85,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
             chosen = [n for n in chosen if n not in needs]
     factories = [peers.factory(n, surrogate=surrogate) for n in chosen]
     print(f"replay {args.curves}: {sweep.n_trials} trials, {sweep.grid.size} reports each, "
-          f"{args.orders} orders, {args.workers} workers", file=sys.stderr)
+          f"{args.orders} orders, {args.workers} workers, {len(factories)} pruner(s), {jobs} job(s)",
+          file=sys.stderr)
     summaries, _ = replay(sweep, factories, orders=args.orders, workers=args.workers, seed=args.seed,
-                          progress=lambda line: print(line, file=sys.stderr))
+                          jobs=jobs, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(markdown_table(summaries) if args.markdown else format_table(summaries))
     if args.csv:
         write_summary_csv(args.csv, summaries)

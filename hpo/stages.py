@@ -16,7 +16,7 @@ Stage 1 sweeps the search space at a small shape (``stages[0].width``, ``.depth`
   `plan`).
 - **Everything else** (batch_tokens, warmup, schedule fields, seeds) is carried as is. That is a choice, not
   a law: the batch size's optimum is expected to move with D at fixed TPP (Celerity scaled B ∝ D^0.5), so a
-  batch-size sweep at stage 1 need not transfer (not reproduced at CPU scale: BENCHMARKS.md §8).
+  batch-size sweep at stage 1 need not transfer (not reproduced at CPU scale: BENCHMARKS.md §10).
 
 Stages are stored as **two Optuna studies** in the sweep's storage, ``<name>-stage1`` and ``<name>-stage2``
 (results in ``<results>/stage1`` and ``<results>/stage2``). Why two and not one study with a stage attr:

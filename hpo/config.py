@@ -510,6 +510,15 @@ class SweepConfig(_Strict):
                 where = "space" if key in self.space else "fixed"
                 raise _FieldError(f"{where}.{key}", "cannot be set in a sweep with stages (each stage has "
                                   "its shape); drop it")
+        given = set(self.fixed) | set(self.space)
+        if self.tau == "optimal" and "tau" not in given and "weight_decay" not in given:
+            for i, st in enumerate(stages):
+                if st.total_tokens is not None:
+                    default = "" if "tau" in self.model_fields_set else " (the default)"
+                    raise _FieldError(
+                        f"stages.{i}.total_tokens", f"tau 'optimal'{default} is optimal_tau(tpp) and needs "
+                        "a TPP, but this stage gives total_tokens, so its TPP is not defined: give the "
+                        "stage a tpp instead, or tau as a number (fraction of training) or null")
         if len(self.name) > MAX_STAGED_NAME:
             raise _FieldError("name", f"at most {MAX_STAGED_NAME} characters with stages (each stage's study "
                               f"is named '<name>{STAGE_SUFFIX}N')")

@@ -45,6 +45,8 @@ def _with(**changes: Any) -> dict[str, Any]:
 
 BAD = {
     "one stage": (_with(stages=[{"width": 16}]), "stages", "exactly 2 stages"),
+    "total_tokens with tau optimal": (_with(stages=[{"width": 16}, {"top_k": 2, "total_tokens": 400_000}]),
+                                      "stages.1.total_tokens", "needs a TPP"),
     "three stages": (_with(stages=[{"width": 16}, {"width": 32}, {"top_k": 2}]), "stages", "exactly 2"),
     "stage 1 without width": (_with(stages=[{}, {"top_k": 2}]), "stages.0.width", "is needed"),
     "top_k on stage 1": (_with(stages=[{"width": 16, "top_k": 2}, {"top_k": 2}]), "stages.0.top_k",
@@ -93,7 +95,7 @@ def test_cli_bad_stages_exit_2_and_create_nothing(tmp_path: Path, command: str,
 def test_a_bad_target_shape_is_refused_before_stage_1_runs(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # Stage 1 is valid; the target budget (256 tokens) is less than one step: refused before stage 1 runs.
-    doc = _with(stages=[{"width": 16, "tpp": 40}, {"top_k": 2, "total_tokens": 256}],
+    doc = _with(stages=[{"width": 16, "tpp": 40}, {"top_k": 2, "total_tokens": 256}], tau=0.2,
                 results=str(tmp_path / "res"))
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -137,9 +139,8 @@ def test_transfer_carries_the_base_lr_and_holds_tau_at_the_new_tpp() -> None:
 
 
 def test_tau_optimal_is_taken_at_the_target_tpp() -> None:
-    # A fixed token budget: the target trains at a lower TPP, so τ_opt(TPP) is larger there.
-    doc = _with(tpp=None, total_tokens=400_000)
-    doc.pop("tpp")
+    # The small stage trains longer per parameter than the target, so τ_opt(TPP) is larger at the target.
+    doc = _with(stages=[{"width": 16, "tpp": 200}, {"top_k": 3, "tpp": 10}])
     sweep = parse_sweep(doc, "x.yaml")
     tr = transfer(sweep, {"lr": 0.02})
     a, b = tr["stage1"], tr["stage2"]

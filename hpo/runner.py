@@ -329,14 +329,19 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
                       sleep: Callable[[float], None] = time.sleep) -> list[int]:
     """Mark the trials left RUNNING by a dead driver FAIL (``interrupted``), once their heartbeat is stale.
 
-    Waits up to ``heartbeat.grace`` + 2 · ``interval`` seconds for running trials to go stale; raises
-    InputError if some still beat after that (another driver is running the sweep). Returns their numbers.
+    The caller holds the sweep's lease, so no other driver runs it; a trial that still beats belongs to a
+    worker of the dead driver that Ray has not stopped yet (seconds after a SIGKILL, longer on a loaded
+    machine). Such a worker is given ``heartbeat.grace`` seconds to stop, and its trial another ``grace`` +
+    2 · ``interval`` to go stale: the wait is at most 2 · ``grace`` + 2 · ``interval`` seconds. Raises
+    InputError if some trial still beats after that (a process outside this sweep's drivers records it).
+    Returns the numbers of the trials marked FAIL.
     """
     import optuna
 
     storage = study._storage
     hb = sweep.heartbeat
-    deadline = time.monotonic() + hb.grace + 2 * hb.interval
+    wait = 2 * hb.grace + 2 * hb.interval
+    deadline = time.monotonic() + wait
     failed: list[int] = []
     announced = False
     while True:
@@ -359,9 +364,11 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
         if time.monotonic() > deadline:
             numbers = sorted(storage.get_trial(tid).number for tid in remaining)
             raise InputError(f"{sweep.source}: trials {numbers} of study {study.study_name!r} still record "
-                             "heartbeats: another driver is running this sweep; stop it before resuming")
+                             f"heartbeats {wait} s after resume started: another "
+                             "process is running them (a driver of this sweep without its lease, or a Ray "
+                             "worker of the dead driver that did not stop); stop it before resuming")
         if progress is not None and not announced:
-            progress.note(f"waiting up to {hb.grace} s for the heartbeats of {len(remaining)} trial(s) left "
+            progress.note(f"waiting up to {wait} s for the heartbeats of {len(remaining)} trial(s) left "
                           "running by the previous driver to go stale")
             announced = True
         sleep(hb.interval)

@@ -120,6 +120,34 @@ def test_stale_heartbeats_are_failed_fresh_ones_block_resume(tmp_path: Path) -> 
     assert fail_stale_trials(study, sweep) == [alive.number]
 
 
+def test_a_worker_of_the_dead_driver_that_beats_on_for_a_while_does_not_block_resume(tmp_path: Path) -> None:
+    """After a driver's SIGKILL, Ray stops its workers seconds later (longer on a loaded machine): a trial
+    still beats when `resume` starts. Resume holds the lease, so it waits for that worker, not refusing."""
+    sweep, _loc, study = _study(tmp_path, trials=1)      # heartbeat interval 1 s, grace 4 s
+    dists = {k: d.to_optuna() for k, d in sweep.space.items()}
+    orphan = study.ask(dists)
+    study._storage.record_heartbeat(orphan._trial_id)
+    stop = threading.Event()
+
+    def beat_then_die() -> None:   # the orphaned worker beats for 2.5 s more, then Ray stops it
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end and not stop.wait(0.25):
+            study._storage.record_heartbeat(orphan._trial_id)
+
+    thread = threading.Thread(target=beat_then_die, daemon=True)
+    thread.start()
+    t0 = time.monotonic()
+    try:
+        assert fail_stale_trials(study, sweep) == [orphan.number]
+    finally:
+        stop.set()
+        thread.join()
+    # It went stale `grace` s after its last beat, not before.
+    assert time.monotonic() - t0 >= 2.5 + sweep.heartbeat.grace
+    frozen = study._storage.get_trial(orphan._trial_id)
+    assert frozen.state == TS.FAIL and frozen.user_attrs["interrupted"] is True
+
+
 def test_progress_line_and_report_table(tmp_path: Path) -> None:
     sweep, _loc, study = _study(tmp_path, trials=3)
     dists = {k: d.to_optuna() for k, d in sweep.space.items()}

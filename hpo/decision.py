@@ -146,6 +146,7 @@ class Competitor:
     _arrays: tuple[np.ndarray, np.ndarray] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
+    _log_loss: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @classmethod
     def from_reports(
@@ -180,6 +181,15 @@ class Competitor:
             object.__setattr__(self, "_arrays", (t, y))
         assert self._arrays is not None
         return self._arrays
+
+    def log_loss(self) -> np.ndarray:
+        """log(``loss``) as a float array (made once per competitor; the paired comparison's unit)."""
+        if self._log_loss is None:
+            out = np.log(self.arrays()[1])
+            out.flags.writeable = False
+            object.__setattr__(self, "_log_loss", out)
+        assert self._log_loss is not None
+        return self._log_loss
 
 
 @dataclass(frozen=True)
@@ -508,25 +518,27 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
 
 
 def loss_log_ratio(
-    t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float
+    t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
+    log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None,
 ) -> float | None:
     """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [align_start · f, f].
 
     Both curves are sorted by t̂ and hold valid points only; the competitor's log-loss is interpolated at the
     trial's points in the window (the window is clipped to where both curves have points). Returns None when
-    the curves share no point of the window.
+    the curves share no point of the window. ``log_y``/``log_cy``: log(y) and log(cy) when the caller has
+    them already (one judgement compares one trial with every competitor).
     """
     lo = max(align_start * f, float(ct[0]), float(t[0]))
-    keep = (t >= lo - 1e-12) & (t <= f + 1e-12)
-    if not keep.any():
-        upto = np.flatnonzero(t <= f + 1e-12)
-        if upto.size == 0 or t[upto[-1]] < ct[0] - 1e-12:
+    # t is sorted: the window is the slice [i0, i1) (t >= lo and t <= f, each within 1e-12).
+    i0 = int(np.searchsorted(t, lo - 1e-12, "left"))
+    i1 = int(np.searchsorted(t, f + 1e-12, "right"))
+    if i1 <= i0:  # no trial point in the window: its last point at t̂ <= f, if the competitor reaches it
+        if i1 == 0 or t[i1 - 1] < ct[0] - 1e-12:
             return None
-        keep = np.zeros_like(t, dtype=bool)
-        keep[upto[-1]] = True
-    tw = t[keep]
-    theirs = np.interp(tw, ct, np.log(cy))
-    return float(np.mean(np.log(y[keep]) - theirs))
+        i0 = i1 - 1
+    theirs = np.interp(t[i0:i1], ct, np.log(cy) if log_cy is None else log_cy)
+    mine = np.log(y[i0:i1]) if log_y is None else log_y[i0:i1]
+    return float(np.mean(mine - theirs))
 
 
 #: The paired comparison's predictions from a curve's points up to a fraction, memoized: one judgement
@@ -592,6 +604,7 @@ def _paired(
 
     bars: list[tuple[float, int, str]] = []
     n_paired = 0
+    log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -603,7 +616,10 @@ def _paired(
                 log_ratio: float | None = None
                 margin = settings.margin
                 if same_controls(schedule, tau, tpp, c):
-                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start)
+                    if log_y is None:
+                        log_y = np.log(y)
+                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
+                                               log_cy=c.log_loss())
                     how = f"loss ratio at t_hat={f:.3g}, equal controls, margin {settings.margin:.3g}"
                 elif surrogate is not None and surrogate.pair_bands:
                     band = surrogate.pair_band(f)

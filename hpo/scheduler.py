@@ -570,8 +570,15 @@ class CollapseScheduler(FIFOScheduler):
         c.catch_up()
         state = {"running": "running", "complete": "complete", "pruned": "pruned"}.get(rec.status, "other")
         number: int | str = rec.optuna_number if rec.optuna_number is not None else rec.trial_id
-        return TrialView(number, state, c.steps, c.t_hat, c.loss, c.controls, rec.final_loss, c.log,
-                         reports=c.summary.reports())
+        # An unchanged record gives the same view object, so the judge reuses the competitor it built from
+        # it (hpo/judge.py, `competitors`): a judgement then costs nothing for the trials that did not move.
+        key = (len(c.steps), c.logged, state, rec.final_loss, number, id(c.controls))
+        if c.view is not None and c.view_key == key:
+            return c.view
+        c.view = TrialView(number, state, c.steps, c.t_hat, c.loss, c.controls, rec.final_loss, c.log,
+                           reports=c.summary.reports())
+        c.view_key = key
+        return c.view
 
     def _judge(self, rec: TrialRecord) -> Verdict:
         """The judge's verdict on the record's latest report against this session's other trials."""
@@ -846,6 +853,8 @@ class _ViewCache:
         self.summary = ReportSummary()
         self.key: tuple[Any, ...] | None = None
         self.controls: TrialControls | None = None
+        self.view: TrialView | None = None  # the last view made (`CollapseScheduler._view`) and its key
+        self.view_key: tuple[Any, ...] | None = None
 
     @property
     def t_hat(self) -> np.ndarray:

@@ -328,3 +328,36 @@ def test_paired_predictions_are_memoized_per_surrogate_and_schedule_object():
     other = copy_with(PAIRED, b_c=0.8)
     d = judge_paired(t, y, rivals, surrogate=other, margin=0.0)
     assert len(decision._PAIRED_PREDICTIONS) == cached + 1 and d.threshold != first.threshold
+
+
+def test_loss_log_ratio_matches_its_definition_with_and_without_given_logs():
+    """The window slice (t sorted) and the given logs give the definition's mean log-ratio, edge cases too."""
+    from collapse_hpo.hpo.decision import loss_log_ratio
+
+    def by_definition(t, y, ct, cy, f, a):
+        lo = max(a * f, ct[0], t[0])
+        keep = (t >= lo - 1e-12) & (t <= f + 1e-12)
+        if not keep.any():
+            upto = np.flatnonzero(t <= f + 1e-12)
+            if upto.size == 0 or t[upto[-1]] < ct[0] - 1e-12:
+                return None
+            keep = np.zeros_like(t, dtype=bool)
+            keep[upto[-1]] = True
+        return float(np.mean(np.log(y[keep]) - np.interp(t[keep], ct, np.log(cy))))
+
+    rng = np.random.default_rng(3)
+    cases = 0
+    for _ in range(300):
+        t = np.sort(rng.choice(np.linspace(0.01, 1, 200), size=rng.integers(1, 40), replace=False))
+        ct = np.sort(rng.choice(np.linspace(0.005, 1, 300), size=rng.integers(1, 60), replace=False))
+        y, cy = 2 + rng.random(t.size), 2 + rng.random(ct.size)
+        f, a = float(rng.uniform(0.05, 1)), float(rng.choice([0.0, 0.5, 0.9]))
+        want = by_definition(t, y, ct, cy, f, a)
+        for got in (loss_log_ratio(t, y, ct, cy, f, a),
+                    loss_log_ratio(t, y, ct, cy, f, a, log_y=np.log(y), log_cy=np.log(cy))):
+            if want is None:
+                assert got is None
+            else:
+                assert got == pytest.approx(want, rel=0, abs=1e-12)
+        cases += want is None
+    assert 0 < cases < 300  # both outcomes were exercised

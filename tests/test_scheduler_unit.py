@@ -234,3 +234,42 @@ def test_paired_comparison_reads_the_other_trials_curves_from_the_state(tmp_path
             reason = s.records["b"].decision["prune_reason"]
             assert "loss ratio at t_hat=0.2" in reason and "pruned" in reason
     assert outcomes["paired"] == pytest.approx(0.2) and outcomes["interval"] is None
+
+
+def test_a_judgement_rebuilds_only_the_competitors_that_moved(tmp_path, monkeypatch):
+    # The scheduler hands the judge the same view object for a record that did not change, so the judge's
+    # competitor cache answers for it; a running trial with a new report gets a new view (and competitor).
+    from collapse_hpo.hpo.judge import Judge
+
+    built: list[object] = []
+    original = Judge._competitor
+
+    def counting(self, o):
+        built.append(o.number)
+        return original(self, o)
+
+    monkeypatch.setattr(Judge, "_competitor", counting)
+    s = make(tmp_path / "s.json", settings=PruneSettings(min_fraction=0.2), judge_every=0.0)
+    for name in ("a", "b"):  # two completed trials
+        assert run_trial(s, FakeTrial(name, {}), 3.0 + 0.01 * len(name)) is None
+    c, d = FakeTrial("c", {}), FakeTrial("d", {})
+    s.on_trial_add(None, c)
+    s.on_trial_add(None, d)
+    built.clear()
+    judged = 0
+    for i in range(1, 11):  # c reports every step, d only at the first: a and b, then d, never change
+        t = i / 20
+        if i == 1:
+            assert s.on_trial_result(None, d, {"loss": loss_at(3.0, t), "t_hat": t}) == CONTINUE
+        assert s.on_trial_result(None, c, {"loss": loss_at(3.0, t), "t_hat": t}) == CONTINUE
+        judged += t >= 0.2
+    assert judged >= 6
+    by_number = {n: built.count(n) for n in set(built)}
+    # Each other trial built at most once over all of c's judgements (a was already built at b's), d once.
+    assert by_number.get("d") == 1 and set(by_number) <= {"a", "b", "d"}, by_number
+    assert max(by_number.values()) == 1, by_number
+    rec = s.records["d"]
+    assert s._view(rec) is s._view(rec)
+    before = s._view(s.records["c"])
+    s.on_trial_result(None, c, {"loss": loss_at(3.0, 0.6), "t_hat": 0.6})
+    assert s._view(s.records["c"]) is not before

@@ -1,9 +1,9 @@
 """Issue 6.1 with pruning on: the driver of a pruned sweep is SIGKILLed (a real subprocess) with its Ray
 processes, as when its machine dies, after the CollapsePruner has made decisions; then `collapse-hpo resume`
-finishes it. (Killed alone, the driver leaves its Ray worker alive for a second or two, long enough to finish
-a trial of this tiny model, and then no trial may be left running to test; tests/test_resume.py kills the
-driver alone.) The kill comes while a trial is early in its curve, a few reports before its first judgement,
-so the kill cannot race the trial's end.
+finishes it. The processes are frozen (SIGSTOP) while the test reads the study and killed while still frozen:
+these tiny trials last about a second, so a trial seen running could otherwise end before the kill lands, or
+in a worker that outlives its driver, and leave no interrupted trial (tests/test_resume.py kills the driver
+alone, and covers that orphaned worker).
 
 tests/test_resume.py covers the kill with pruning off (and the completed set against an uninterrupted sweep).
 Here the decisions are the point: every trial finished before the kill (COMPLETE or PRUNED) keeps its curve,
@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,37 +58,61 @@ def _settled(url: str, name: str, quiet_s: float = 6.0,
     return trials
 
 
+def _signal_tree(pid: int, sig: signal.Signals, also: Sequence[int] = ()) -> list[int]:
+    """Send ``sig`` to ``pid`` and every process below it (Ray's head processes, the trials' workers) and to
+    ``also``; returns the pids signalled."""
+    pids = [pid, *descendants(pid), *also]
+    for p in dict.fromkeys(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+    return pids
+
+
+def _read_quickly(url: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials, or [] when it cannot be read at once (no tables yet, or a frozen process holds
+    the database's write lock: the caller thaws it and tries again)."""
+    try:
+        storage = optuna.storages.RDBStorage(url, skip_table_creation=True,
+                                             engine_kwargs={"connect_args": {"timeout": 0.5}})
+    except Exception:  # no tables yet, or locked
+        return []
+    try:
+        return optuna.load_study(study_name="rp", storage=storage).get_trials()
+    except Exception:
+        return []
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_resume_of_a_pruned_sweep_keeps_every_decision(tmp_path: Path) -> None:
-    path = tiny_sweep(tmp_path, "rp", trials=TRIALS, prune=True, tpp=20)  # 63K tokens, 31 reports per trial
+    path = tiny_sweep(tmp_path, "rp", trials=TRIALS, prune=True, tpp=5)  # 16K tokens per trial
     db = tmp_path / "results" / "rp" / "study.db"
     url = f"sqlite:///{db}"
     log = open(tmp_path / "run.log", "w")  # noqa: SIM115 (the driver writes to it until it is killed)
     driver = subprocess.Popen([*CLI, "run", str(path)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    trials: list[optuna.trial.FrozenTrial] = []
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            try:
-                trials = read_trials(url, "rp") if db.exists() else []
-            except Exception:  # tables not created yet
-                trials = []
-            finished = [t for t in trials if t.state.is_finished()]
-            # A running trial at most 12% of the way (its first judgement comes at 20%): at least three
-            # reports of training lie between the kill and anything that could end it.
-            running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values
-                       and max(t.intermediate_values) <= 0.12 * t.user_attrs.get("total_tokens", 0)]
-            if len(finished) >= 3 and any(_judged(t) for t in finished) and running:
-                break
             assert driver.poll() is None, (tmp_path / "run.log").read_text()
+            # Frozen while the study is read, so that what is read is what the kill leaves: a trial seen
+            # running cannot end between the read and the kill (these tiny trials last about a second).
+            frozen = _signal_tree(driver.pid, signal.SIGSTOP)
+            try:
+                trials = _read_quickly(url) if db.exists() else []
+                finished = [t for t in trials if t.state.is_finished()]
+                running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values]
+                if len(finished) >= 3 and any(_judged(t) for t in finished) and running:
+                    _signal_tree(driver.pid, signal.SIGKILL, also=frozen)  # stopped processes die too
+                    break
+            finally:
+                _signal_tree(driver.pid, signal.SIGCONT, also=frozen)
             time.sleep(0.2)
         else:
             pytest.fail("the sweep did not reach 3 finished trials, one judged, and a running one in time")
-        tree = descendants(driver.pid)  # Ray's head processes and the trials' workers
-        os.kill(driver.pid, signal.SIGKILL)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
         if driver.poll() is None:

@@ -50,13 +50,14 @@ def trials_by_state(storage_url: str, study_name: str) -> dict[str, list[Any]]:
     return out
 
 
-def read_trials(storage_url: str, study_name: str) -> list[Any]:
+def read_trials(storage_url: str, study_name: str, timeout: float = 60.0) -> list[Any]:
     """The study's trials, read only (never creating tables while a driver may be creating them); [] while
-    the study does not exist yet."""
+    the study does not exist yet. ``timeout``: seconds to wait for SQLite's lock (a short one when the
+    writers may be frozen: the read then fails at once instead of waiting for them)."""
     import optuna
 
     storage = optuna.storages.RDBStorage(storage_url, skip_table_creation=True,
-                                         engine_kwargs={"connect_args": {"timeout": 60}})
+                                         engine_kwargs={"connect_args": {"timeout": timeout}})
     try:
         return optuna.load_study(study_name=study_name, storage=storage).get_trials()
     except KeyError:

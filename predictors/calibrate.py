@@ -296,36 +296,28 @@ def _prepare(
     )
 
 
-def _shapes(
-    d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float, idx: np.ndarray | None = None
-) -> np.ndarray:
-    """ℓ̂ for parameter sets: b, q of shape (K, C') for curves ``idx`` → (K, C', G)."""
+def _shapes(d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float) -> np.ndarray:
+    """ℓ̂ for parameter sets: b, q of shape (K, C) → (K, C, G)."""
     first = np.exp(m * d.log_r)  # (G,)
-    if idx is None:
-        logs = d.cache.get(("log_eta", eps2))
-        if logs is None:
-            logs = d.cache[("log_eta", eps2)] = (np.log(d.eta + eps2), np.log(d.eta1 + eps2))
-        le, le1 = logs  # (C', G), (C',)
-    else:
-        le, le1 = np.log(d.eta[idx] + eps2), np.log(d.eta1[idx] + eps2)
+    logs = d.cache.get(("log_eta", eps2))
+    if logs is None:
+        logs = d.cache[("log_eta", eps2)] = (np.log(d.eta + eps2), np.log(d.eta1 + eps2))
+    le, le1 = logs  # (C, G), (C,)
     p = np.exp(q[:, :, None] * le[None])
     p1 = np.exp(q * le1[None])
     return (first[None, None, :] + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
 
 
-def _objective(
-    d: _Data, shapes: np.ndarray, predict_weight: float, idx: np.ndarray | None = None
-) -> np.ndarray:
+def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarray:
     """Objective per parameter set (K,): mean over curves of the fit MAE, plus predict_weight times the mean
     |log c_p/L(1)| of the early-align predictions."""
-    sel = slice(None) if idx is None else idx
-    ell = d.ell[sel]
+    ell = d.ell
     # np.add.reduce is what np.sum and ndarray.mean run, without their wrappers' per-call cost (a fit
     # evaluates this thousands of times on small arrays); the same numbers, bit for bit.
-    mae = np.add.reduce(np.abs(ell[None] - shapes) * d.w_fit[sel][None], axis=2)  # (K, C')
+    mae = np.add.reduce(np.abs(ell[None] - shapes) * d.w_fit[None], axis=2)  # (K, C)
     obj = np.add.reduce(mae, axis=1) / mae.shape[1]
-    terms = _predict_terms(d, idx) if predict_weight > 0 else None
-    if terms is not None:  # all predict fractions at once: (P', K, C'), each number as one fraction alone
+    terms = _predict_terms(d) if predict_weight > 0 else None
+    if terms is not None:  # all predict fractions at once: (P', K, C), each number as one fraction alone
         wl, den, has = terms
         num = np.add.reduce(wl[:, None] * shapes[None], axis=3)  # Σ w ℓ ℓ̂
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -335,26 +327,20 @@ def _objective(
     return obj
 
 
-def _predict_terms(d: _Data, idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The predict fractions with an align window on some curve, stacked (P', C', ...): w ℓ (P', C', G),
-    Σ w ℓ² with NaN where not > 0 (P', C'), has_pred (P', C') for curves ``idx``; None when no fraction has
-    one. They do not depend on the parameters, so they are made once per _Data."""
+def _predict_terms(d: _Data) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The predict fractions with an align window on some curve, stacked (P', C, ...): w ℓ (P', C, G),
+    Σ w ℓ² with NaN where not > 0 (P', C), has_pred (P', C); None when no fraction has one. They do not
+    depend on the parameters, so they are made once per _Data."""
     key = "predict_terms"
-    if idx is None and key in d.cache:
-        return d.cache[key]
-    sel = slice(None) if idx is None else idx
-    ell = d.ell[sel]
-    rows = []
-    for j, w in enumerate(d.w_pred):
-        wj, has = w[sel], d.has_pred[j][sel]
-        if not has.any():
-            continue
-        den = np.sum(wj * ell * ell, axis=1)  # Σ w ℓ²
-        rows.append((wj * ell, np.where(den > 0, den, np.nan), has))
-    out = tuple(np.stack(parts) for parts in zip(*rows, strict=True)) if rows else None
-    if idx is None:
-        d.cache[key] = out
-    return out  # type: ignore[return-value]
+    if key not in d.cache:
+        rows = []
+        for w, has in zip(d.w_pred, d.has_pred, strict=True):
+            if not has.any():
+                continue
+            den = np.sum(w * d.ell * d.ell, axis=1)  # Σ w ℓ²
+            rows.append((w * d.ell, np.where(den > 0, den, np.nan), has))
+        d.cache[key] = tuple(np.stack(parts) for parts in zip(*rows, strict=True)) if rows else None
+    return d.cache[key]
 
 
 def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
@@ -376,16 +362,15 @@ class _Params:
     m: float = 0.05
 
 
-def _bq(d: _Data, pr: _Params, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    sel = slice(None) if idx is None else idx
-    b = np.exp(pr.lb0 + pr.b_e * d.log_tau[sel])
-    q = np.exp(pr.lq0 + pr.q_e * d.log_tpp[sel])
+def _bq(d: _Data, pr: _Params) -> tuple[np.ndarray, np.ndarray]:
+    b = np.exp(pr.lb0 + pr.b_e * d.log_tau)
+    q = np.exp(pr.lq0 + pr.q_e * d.log_tpp)
     return b, q
 
 
-def _eval(d: _Data, pr: _Params, eps2: float, predict_weight: float, idx: np.ndarray | None = None) -> float:
-    b, q = _bq(d, pr, idx)
-    return float(_objective(d, _shapes(d, b[None], q[None], pr.m, eps2, idx), predict_weight, idx)[0])
+def _eval(d: _Data, pr: _Params, eps2: float, predict_weight: float) -> float:
+    b, q = _bq(d, pr)
+    return float(_objective(d, _shapes(d, b[None], q[None], pr.m, eps2), predict_weight)[0])
 
 
 def _best_pair(
@@ -398,7 +383,6 @@ def _best_pair(
     m: float,
     eps2: float,
     predict_weight: float,
-    idx: np.ndarray | None,
 ) -> tuple[float, float]:
     """One half-step of the alternating search: the grid point (log c, e) of one law, value = exp(log c + e ·
     log_x) per curve (log_x: log τ for b, log TPP for q), that minimizes the objective with the other law held
@@ -410,7 +394,7 @@ def _best_pair(
         law = np.exp(C[s : s + 64, None] + E[s : s + 64, None] * log_x[None])
         fixed = np.broadcast_to(other[None], law.shape)
         bb, qq = (law, fixed) if vary_b else (fixed, law)
-        scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, m, eps2, idx), predict_weight, idx)
+        scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, m, eps2), predict_weight)
     k = int(np.nanargmin(scores))
     return float(C[k]), float(E[k])
 
@@ -422,7 +406,6 @@ def _grid_search(
     predict_weight: float,
     tau_power: bool,
     tpp_power: bool,
-    idx: np.ndarray | None,
     max_rounds: int = 8,
 ) -> _Params:
     """The paper's alternating grid search: the b pair with q fixed, then the q pair with b fixed."""
@@ -430,15 +413,15 @@ def _grid_search(
     be_grid = np.linspace(-2.0, 2.0, 21) if tau_power else np.zeros(1)
     lq_grid = np.linspace(math.log(1e-2), math.log(2e1), 47)
     qe_grid = np.linspace(-1.5, 1.5, 21) if tpp_power else np.zeros(1)
-    lt = d.log_tau if idx is None else d.log_tau[idx]
-    lp = d.log_tpp if idx is None else d.log_tpp[idx]
     best = replace(pr)
     prev = None
     for _ in range(max_rounds):
-        _, q = _bq(d, best, idx)
-        best.lb0, best.b_e = _best_pair(d, lb_grid, be_grid, lt, q, True, best.m, eps2, predict_weight, idx)
-        b, _ = _bq(d, best, idx)
-        best.lq0, best.q_e = _best_pair(d, lq_grid, qe_grid, lp, b, False, best.m, eps2, predict_weight, idx)
+        _, q = _bq(d, best)
+        best.lb0, best.b_e = _best_pair(d, lb_grid, be_grid, d.log_tau, q, True, best.m, eps2, predict_weight)
+        b, _ = _bq(d, best)
+        best.lq0, best.q_e = _best_pair(
+            d, lq_grid, qe_grid, d.log_tpp, b, False, best.m, eps2, predict_weight
+        )
         key = (best.lb0, best.b_e, best.lq0, best.q_e)
         if key == prev:
             break
@@ -454,7 +437,6 @@ def _refine(
     tau_power: bool,
     tpp_power: bool,
     free_m: bool,
-    idx: np.ndarray | None,
 ) -> _Params:
     """lmfit (Nelder–Mead) refinement of the grid optimum on the same objective."""
     import lmfit
@@ -468,7 +450,7 @@ def _refine(
 
     def fun(p: lmfit.Parameters) -> float:
         pr = _Params(p["lb0"].value, p["b_e"].value, p["lq0"].value, p["q_e"].value, p["m"].value)
-        v = _eval(d, pr, eps2, predict_weight, idx)
+        v = _eval(d, pr, eps2, predict_weight)
         return v if math.isfinite(v) else 1e9
 
     res = lmfit.minimize(
@@ -478,7 +460,7 @@ def _refine(
     out = _Params(v["lb0"].value, v["b_e"].value, v["lq0"].value, v["q_e"].value, v["m"].value)
     return (
         out
-        if _eval(d, out, eps2, predict_weight, idx) <= _eval(d, start, eps2, predict_weight, idx)
+        if _eval(d, out, eps2, predict_weight) <= _eval(d, start, eps2, predict_weight)
         else start
     )
 
@@ -782,8 +764,8 @@ def calibrate(
     def fit(idx: np.ndarray | None, free: bool, start: _Params | None = None) -> _Params:
         dd = d if idx is None else _subset(d, idx)  # a fold's own rows (and cache), not indexed per call
         if start is None:
-            start = _grid_search(dd, _Params(m=m), eps2, predict_weight, tau_power, tpp_power, None)
-        return _refine(dd, start, eps2, predict_weight, tau_power, tpp_power, free, None)
+            start = _grid_search(dd, _Params(m=m), eps2, predict_weight, tau_power, tpp_power)
+        return _refine(dd, start, eps2, predict_weight, tau_power, tpp_power, free)
 
     base = fit(None, False)
     fold_masks = _folds(labels, folds) if len(set(labels)) >= 2 else []
@@ -799,7 +781,7 @@ def calibrate(
                 train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
                 for free in (False, True):
                     pr = fit(train, free, start=base)
-                    held[free].append(_eval(d, pr, eps2, 0.0, test))
+                    held[free].append(_eval(_subset(d, test), pr, eps2, 0.0))
             fixed_mae, free_mae = float(np.mean(held[False])), float(np.mean(held[True]))
             chosen_free = free_mae < 0.98 * fixed_mae
             notes.append(

@@ -162,14 +162,15 @@ def test_a_single_curve_gives_no_pair_bands_and_says_so():
 
 def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():
     """Fits on a fold run on that fold's own rows (`_subset`) with the parameter-free parts made once: the
-    objective must give the same bits as evaluated on all curves with indices, and `_nanmean` as
-    np.nanmean (an all-NaN row gives NaN, silently)."""
+    objective must give the same bits as on those curves prepared alone, and `_nanmean` as np.nanmean (an
+    all-NaN row gives NaN, silently)."""
     import warnings
 
     from collapse_hpo.predictors import calibrate as cal_mod
 
     curves = synthetic_curves(taus=(0.05, 0.2), tpps=(20.0, 240.0), noise=0.002, seed=4)
-    d = cal_mod._prepare(curves, 0.2, 0.5, cal_mod.PREDICT_FRACTIONS, 0.0, 0.1, 20.0, "power", "power", 1e-3)
+    args = (0.2, 0.5, cal_mod.PREDICT_FRACTIONS, 0.0, 0.1, 20.0, "power", "power", 1e-3)
+    d = cal_mod._prepare(curves, *args)
     idx = np.array([0, 2, 3])
     sub = cal_mod._subset(d, idx)
     rng = np.random.default_rng(0)
@@ -177,9 +178,9 @@ def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():
         pr = cal_mod._Params(lb0=rng.normal(), b_e=rng.normal(0, 0.3), lq0=rng.normal(),
                              q_e=rng.normal(0, 0.3), m=0.05)
         for w in (0.0, 1.0):
-            indexed = cal_mod._eval(d, pr, 0.1, w, idx)
-            assert cal_mod._eval(sub, pr, 0.1, w) == indexed       # first call fills the cache
-            assert cal_mod._eval(sub, pr, 0.1, w) == indexed       # and the cached parts give the same bits
+            alone = cal_mod._eval(cal_mod._prepare([curves[i] for i in idx], *args), pr, 0.1, w)
+            assert cal_mod._eval(sub, pr, 0.1, w) == alone         # first call fills the cache
+            assert cal_mod._eval(sub, pr, 0.1, w) == alone         # and the cached parts give the same bits
     assert sub.cache and not d.cache  # the fold's parameter-free parts are cached on its own rows only
     a = rng.normal(size=(4, 7))
     a[a > 0.8] = np.nan

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from ray_cluster_util import descendants
 
 FAULT_ACK = "I am injecting a training fault on purpose"
 
@@ -65,3 +70,24 @@ def read_trials(storage_url: str, study_name: str, timeout: float = 60.0) -> lis
     finally:
         storage.remove_session()
         storage.engine.dispose()
+
+
+def signal_tree(pid: int, sig: signal.Signals, also: Sequence[int] = ()) -> list[int]:
+    """Send ``sig`` to ``pid``, every process below it and ``also``; returns the pids signalled."""
+    pids = [pid, *descendants(pid), *also]
+    for p in dict.fromkeys(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+    return pids
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[Callable[[], None]]:
+    """Stop a driver and every process below it (Ray's head processes and the trials' workers, which Ray puts
+    in sessions of their own, out of reach of ``killpg``) for the block; the function it yields SIGKILLs them
+    all, still stopped. What the block reads of the study is then exactly what a kill inside it leaves."""
+    stopped = signal_tree(pid, signal.SIGSTOP)
+    try:
+        yield lambda: signal_tree(pid, signal.SIGKILL, also=stopped)  # stopped processes die too
+    finally:
+        signal_tree(pid, signal.SIGCONT, also=stopped)

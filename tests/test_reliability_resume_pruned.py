@@ -14,20 +14,15 @@ COMPLETE or PRUNED; and every pruned trial's last logged decision is the prune t
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from ray_cluster_util import descendants
-from sweep_util import read_trials, tiny_sweep
+from sweep_util import frozen, read_trials, tiny_sweep
 
 from collapse_hpo.hpo.pruner import trial_decisions
 
@@ -58,33 +53,6 @@ def _settled(url: str, name: str, quiet_s: float = 6.0,
     return trials
 
 
-def _signal_tree(pid: int, sig: signal.Signals, also: Sequence[int] = ()) -> list[int]:
-    """Send ``sig`` to ``pid`` and every process below it (Ray's head processes, the trials' workers) and to
-    ``also``; returns the pids signalled."""
-    pids = [pid, *descendants(pid), *also]
-    for p in dict.fromkeys(pids):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, sig)
-    return pids
-
-
-def _read_quickly(url: str) -> list[optuna.trial.FrozenTrial]:
-    """The study's trials, or [] when it cannot be read at once (no tables yet, or a frozen process holds
-    the database's write lock: the caller thaws it and tries again)."""
-    try:
-        storage = optuna.storages.RDBStorage(url, skip_table_creation=True,
-                                             engine_kwargs={"connect_args": {"timeout": 0.5}})
-    except Exception:  # no tables yet, or locked
-        return []
-    try:
-        return optuna.load_study(study_name="rp", storage=storage).get_trials()
-    except Exception:
-        return []
-    finally:
-        storage.remove_session()
-        storage.engine.dispose()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_resume_of_a_pruned_sweep_keeps_every_decision(tmp_path: Path) -> None:
@@ -100,16 +68,16 @@ def test_resume_of_a_pruned_sweep_keeps_every_decision(tmp_path: Path) -> None:
             assert driver.poll() is None, (tmp_path / "run.log").read_text()
             # Frozen while the study is read, so that what is read is what the kill leaves: a trial seen
             # running cannot end between the read and the kill (these tiny trials last about a second).
-            frozen = _signal_tree(driver.pid, signal.SIGSTOP)
-            try:
-                trials = _read_quickly(url) if db.exists() else []
+            with frozen(driver.pid) as kill:
+                try:  # a short lock timeout: a frozen writer may hold SQLite's lock (then: try again)
+                    trials = read_trials(url, "rp", timeout=0.5) if db.exists() else []
+                except Exception:  # tables not created yet, or locked
+                    trials = []
                 finished = [t for t in trials if t.state.is_finished()]
                 running = [t for t in trials if t.state.name == "RUNNING" and t.intermediate_values]
                 if len(finished) >= 3 and any(_judged(t) for t in finished) and running:
-                    _signal_tree(driver.pid, signal.SIGKILL, also=frozen)  # stopped processes die too
+                    kill()
                     break
-            finally:
-                _signal_tree(driver.pid, signal.SIGCONT, also=frozen)
             time.sleep(0.2)
         else:
             pytest.fail("the sweep did not reach 3 finished trials, one judged, and a running one in time")

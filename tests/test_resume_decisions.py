@@ -12,7 +12,6 @@ draw that had not started, so later judgements saw other competitors.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from sweep_util import read_trials, tiny_sweep
+from sweep_util import frozen, read_trials, tiny_sweep
 
 from collapse_hpo.hpo.runner import plan_key, plan_order_study
 
@@ -71,24 +70,20 @@ def _run_until(path: Path, url: str, name: str, cmd: str, cwd: Path,
         while driver.poll() is None:
             assert time.monotonic() < deadline, (cwd / f"{cmd}.log").read_text()[-3000:]
             if kill_when is not None:
-                # The driver's process group is frozen while the study is read and killed still frozen:
-                # what is read is what the kill leaves, and the sweep advances only between reads, so a
-                # kill point a tiny trial passes in a fraction of a second is still seen.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(driver.pid, signal.SIGSTOP)
-                try:
+                # The driver and its Ray processes are frozen while the study is read and killed still
+                # frozen: what is read is what the kill leaves, and the sweep advances only between reads,
+                # so a kill point a tiny trial passes in a fraction of a second is still seen.
+                with frozen(driver.pid) as kill:
                     try:
                         trials = read_trials(url, name, timeout=0.5)
                     except Exception:  # the tables are being created, or a frozen writer holds the lock
                         trials = []
-                    if trials and kill_when(trials):
-                        os.killpg(driver.pid, signal.SIGKILL)  # stopped processes die too
-                        driver.wait(timeout=30)
-                        time.sleep(1.0)  # a Ray process outside the group may store one more report
-                        return True
-                finally:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(driver.pid, signal.SIGCONT)
+                    hit = bool(trials) and kill_when(trials)
+                    if hit:
+                        kill()
+                if hit:
+                    driver.wait(timeout=30)
+                    return True
             time.sleep(0.05)
         assert driver.returncode == 0, (cwd / f"{cmd}.log").read_text()[-3000:]
         return False

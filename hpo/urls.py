@@ -2,8 +2,12 @@
 
 A password never leaves the process that was given it:
 
-- `mask_url` / `mask_text` replace the password of every ``scheme://user:password@host`` with ``***``. Every
-  message, log line, user attr and file this package writes goes through them.
+- `mask_url` / `mask_text` replace every secret a URL can hold with ``***``: the password of
+  ``scheme://user:password@host`` and the value of every query parameter whose name holds ``pass``, ``pwd``,
+  ``secret`` or ``token`` (``?password=``, ``?sslpassword=``, ``?passfile=``: the file's name, never read
+  here). Every message, log line, user attr and file this package writes goes through them. A secret once
+  seen in a URL is remembered for the life of the process and masked wherever it appears later (a driver's
+  error message that quotes it in another form, e.g. percent-decoded).
 - A URL may be written ``${NAME}`` in a sweep file: it is read from the environment variable ``NAME`` when
   used (`resolve_url`), so the file, the study's ``sweep_config`` attr and Ray's experiment state hold only
   ``${NAME}``. With no ``storage`` in the file, `STORAGE_ENV` is used when it is set; a ``study`` reference
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from urllib.parse import quote, unquote
 
 from collapse_hpo.predictors.errors import InputError
 
@@ -31,6 +36,20 @@ _ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 # scheme://user:password@ ... : the password is everything between the first ':' after '//' and the last
 # '@' before the host (passwords may contain '@' or ':').
 _CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/:@\s]*):(?P<pw>[^\s/]*)@(?=[^@\s/]*(?:[/\s?]|$))")
+
+
+# A query (or conninfo) parameter that holds a secret: its name (case-insensitive, percent-decoded) contains
+# one of these. ``passfile`` names a file of passwords: its name is masked too, its contents never read.
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
+# ``?name=value`` / ``&name=value`` / ``;name=value`` in a URL, or ``name=value`` after a space (libpq's
+# conninfo form) or ``'name': 'value'`` (a dict of connect arguments in a driver's message).
+_PARAM = re.compile(r"(?P<head>(?:[?&;]|(?<![^\s,({]))(?P<key>[A-Za-z0-9_.%\-]+)=)(?P<val>[^&;#\s'\"]*)")
+_DICT_PARAM = re.compile(r"(?P<head>['\"](?P<key>[A-Za-z0-9_.\-]+)['\"]\s*:\s*['\"])(?P<val>[^'\"]*)")
+# Secrets seen in URLs by this process (plain and percent-encoded forms), masked wherever they appear.
+_KNOWN_SECRETS: set[str] = set()
+#: Secrets shorter than this are not masked wherever they appear (only in their place in a URL): a password
+#: "ab" would mask every "ab" of every message.
+MIN_KNOWN_SECRET = 4
 
 
 def env_name(url: str | None) -> str | None:
@@ -81,23 +100,55 @@ def resolve_url(url: str, where: str) -> str:
     if not value:
         raise InputError(f"{where}: environment variable {name} is not set; export it with the storage URL "
                          "(e.g. postgresql://user:password@host/db)")
+    mask_text(value)  # remember its secrets, so that any message quoting them later is masked
     return value
 
 
 def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (user, host and database kept)."""
+    """``url`` with every secret in it (password, secret query parameters) replaced by ``***``."""
     return mask_text(url)
 
 
+def _is_secret_key(key: str) -> bool:
+    return bool(_SECRET_PARAM.search(unquote(key)))
+
+
+def _remember(secret: str) -> None:
+    for form in {secret, unquote(secret), quote(unquote(secret), safe=""), quote(unquote(secret))}:
+        if len(form) >= MIN_KNOWN_SECRET:
+            _KNOWN_SECRETS.add(form)
+
+
 def mask_text(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***`` (for messages and stored text)."""
-    if "://" not in text or "@" not in text:
-        return text
-    return _CREDENTIALS.sub(lambda m: f"{m.group('head')}:***@" if m.group("pw") else m.group(0), text)
+    """``text`` with every secret of every URL in it replaced by ``***`` (for messages and stored text): the
+    userinfo password, secret query parameters (`_SECRET_PARAM`), and any secret this process has seen."""
+
+    def userinfo(m: re.Match[str]) -> str:
+        if not m.group("pw"):
+            return m.group(0)
+        _remember(m.group("pw"))
+        return f"{m.group('head')}:***@"
+
+    def param(m: re.Match[str]) -> str:
+        if not m.group("val") or not _is_secret_key(m.group("key")) or m.group("val") == "***":
+            return m.group(0)
+        _remember(m.group("val"))
+        return f"{m.group('head')}***"
+
+    if "://" in text and "@" in text:
+        text = _CREDENTIALS.sub(userinfo, text)
+    if "=" in text:
+        text = _PARAM.sub(param, text)
+    if ":" in text:
+        text = _DICT_PARAM.sub(param, text)
+    for secret in sorted(_KNOWN_SECRETS, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
 
 
 def has_password(url: str | None) -> bool:
-    """True when ``url`` holds a literal password."""
+    """True when ``url`` holds a secret (a userinfo password or a secret query parameter)."""
     return url is not None and mask_text(url) != url
 
 

@@ -203,12 +203,15 @@ def test_a_sweep_whose_every_trial_failed_does_not_exit_0(tmp_path: Path, capsys
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_common_error_stops_the_sweep_and_no_password_is_written(tmp_path: Path, capsys: Any,
+@pytest.mark.parametrize("where", ["userinfo", "query"])
+def test_a_common_error_stops_the_sweep_and_no_password_is_written(where: str, tmp_path: Path, capsys: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     secret = f"pw{uuid.uuid4().hex[:10]}"
     name = f"common-{uuid.uuid4().hex[:8]}"
-    url = f"postgresql://postgres:{secret}@127.0.0.1:5432/test"  # trust auth: any password is accepted
+    # trust auth: any password is accepted. In the query string (issue 23): password, sslpassword, passfile.
+    url = (f"postgresql://postgres:{secret}@127.0.0.1:5432/test" if where == "userinfo" else
+           f"postgresql://postgres@127.0.0.1:5432/test?password={secret}&sslpassword={secret}&passfile=/{secret}")
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     # A reference study (checked before anything runs) in the same storage, with the password in its URL.

@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from collapse_hpo.hpo.urls import mask_text
     from collapse_hpo.predictors.atomic import describe_os_error
+    from collapse_hpo.predictors.errors import clip
 
     def fail(message: str) -> int:
-        line = " ".join(mask_text(message).split())  # one line, never a password
+        line = clip(" ".join(mask_text(message).split()))  # one line, never a password, never megabytes
         print(f"collapse-hpo {args.command}: error: {line}", file=sys.stderr)
         return 2
 

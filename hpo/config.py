@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from collapse_hpo.hpo.decision import DEFAULT_MARGIN
 from collapse_hpo.hpo.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
-from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.errors import EXCERPT_CHARS, InputError, clip, excerpt
 
 # Upper bounds of counts and sizes: beyond these a sweep is a typo (1e21 trials), not a plan.
 MAX_TRIALS = 100_000
@@ -51,6 +51,12 @@ MAX_NAME = 100
 MAX_TPP = 1e6
 MAX_TOKENS = 10**15
 MAX_MODEL_DIM = 1 << 20
+# A sweep file is a few hundred bytes and a few hundred YAML nodes. Beyond these bounds it is not a sweep: a
+# bigger file is refused before it is read, and a document whose aliases (``*name`` repeats the content of
+# ``&name``) expand to more nodes is refused before anything is built from it (an "alias bomb" of 1 KB expands
+# to 43 million nodes).
+MAX_SWEEP_BYTES = 1 << 20
+MAX_YAML_NODES = 50_000
 
 # Hyperparameters a trial takes, searched (``space``) or fixed (``fixed``). ``decay`` and ``final`` are
 # schedule fields (wsd decay fraction, end LR / peak); ``warmup`` overrides the schedule's warmup; ``width``
@@ -392,7 +398,8 @@ class SweepConfig(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if v in (".", ".."):
-            raise ValueError(f"{v!r} is a folder reference, not a name; use letters, digits, '.', '_', '-'")
+            raise ValueError(f"{excerpt(v)} is a folder reference, not a name; use letters, digits, "
+                             "'.', '_', '-'")
         return v
 
     @field_validator("storage")
@@ -443,14 +450,14 @@ class SweepConfig(_Strict):
             if key in self.fixed:
                 value = self.fixed[key]
                 if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                    raise _FieldError(f"fixed.{key}", f"must be a finite number, got {value!r}")
+                    raise _FieldError(f"fixed.{key}", f"must be a finite number, got {excerpt(value)}")
                 if abs(value) > MAX_TOKENS:
                     raise _FieldError(f"fixed.{key}",
-                                      f"{value!r} is beyond any sweep (at most {MAX_TOKENS:.0e})")
+                                      f"{excerpt(value)} is beyond any sweep (at most {MAX_TOKENS:.0e})")
                 if key in ("lr", "batch_tokens", "tau", "width", "depth") and not value > 0:
-                    raise _FieldError(f"fixed.{key}", f"must be positive, got {value!r}")
+                    raise _FieldError(f"fixed.{key}", f"must be positive, got {excerpt(value)}")
                 if key in ("warmup", "decay", "final", "weight_decay") and value < 0:
-                    raise _FieldError(f"fixed.{key}", f"must be non-negative, got {value!r}")
+                    raise _FieldError(f"fixed.{key}", f"must be non-negative, got {excerpt(value)}")
             if key in self.space:
                 bounds = self.space[key].bounds()
                 positive = key in ("lr", "batch_tokens", "tau", "width", "depth")
@@ -623,7 +630,7 @@ def _format_error(path: str, err: ValidationError) -> str:
         if isinstance(part, str) and ("[" in part or part in ("float", "int", "str", "bool", "none", "dict")):
             continue
         clean.append(part)
-    field = ".".join(str(x) for x in clean) or "(top level)"
+    field = clip(".".join(str(x) for x in clean), 2 * EXCERPT_CHARS) or "(top level)"
     if e["type"] == "extra_forbidden":
         allowed = _allowed_keys(tuple(clean[:-1]))
         hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
@@ -631,11 +638,11 @@ def _format_error(path: str, err: ValidationError) -> str:
     ctx = e.get("ctx") or {}
     inner = ctx.get("error")
     if isinstance(inner, _FieldError):
-        return f"{path}: field '{inner.field}': {inner.message}"
+        return f"{path}: field '{clip(inner.field, 2 * EXCERPT_CHARS)}': {inner.message}"
     msg = str(e["msg"]).removeprefix("Value error, ")
     got = e.get("input")
     quiet = e["type"] == "missing" or isinstance(got, dict | list) or "got " in msg
-    shown = "" if quiet else f" (got {got!r})"
+    shown = "" if quiet else f" (got {excerpt(got)})"
     return f"{path}: field '{field}': {msg}{shown}"
 
 
@@ -665,6 +672,8 @@ def _unique_key_loader() -> type:
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: dict[Any, int] = {}
             for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
                 try:
@@ -672,28 +681,75 @@ def _unique_key_loader() -> type:
                 except TypeError:  # an unhashable key: SafeLoader reports it
                     continue
                 if first is not None:
-                    raise _DuplicateKey(f"line {line}: key {key!r} is given twice (first at line {first}); "
-                                        "keep one")
+                    raise _DuplicateKey(f"line {line}: key {excerpt(key)} is given twice (first at line "
+                                        f"{first}); keep one")
                 seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader
 
 
-def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
-    """Read and validate a sweep YAML file. Creates nothing; every error is an `InputError` naming it."""
+def _expanded_nodes(root: Any, limit: int) -> int:
+    """The number of YAML nodes ``root`` stands for once every alias is expanded, counting up to just past
+    ``limit`` (each distinct node is visited once: an alias bomb is measured without being built)."""
     import yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: sweep file not found (give a sweep YAML, e.g. studies/quickstart.yaml)")
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            if sizes[key] < 0:
+                raise _AliasError("an alias refers to the anchor that contains it (a recursive structure)")
+            return sizes[key]
+        sizes[key] = -1
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children: list[Any] = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total = min(total + size(child), limit + 1)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+class _AliasError(ValueError):
+    """The document's aliases expand beyond what a sweep file holds, or into themselves."""
+
+
+def _read_yaml(p: Path) -> Any:
+    """The YAML document in ``p``: at most `MAX_SWEEP_BYTES`, composed (with aliases) into at most
+    `MAX_YAML_NODES` expanded nodes before any Python object is built; an `InputError` otherwise."""
+    import yaml
+
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        with p.open("rb") as f:
+            raw = f.read(MAX_SWEEP_BYTES + 1)
+    except OSError as err:
         raise InputError(f"{p}: cannot read the sweep file ({err})") from None
+    if len(raw) > MAX_SWEEP_BYTES:
+        raise InputError(f"{p}: the sweep file is over {MAX_SWEEP_BYTES // 1024} KiB, the most a sweep file "
+                         "may be (a sweep is a few hundred bytes); check that this is the sweep YAML")
     try:
-        data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass
-    except _DuplicateKey as err:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{p}: cannot read the sweep file ({err})") from None
+    loader = _unique_key_loader()(text)  # a SafeLoader subclass
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+            raise _AliasError(f"expands to more than {MAX_YAML_NODES} YAML nodes (each alias *name repeats "
+                              "the whole content of its anchor &name); a sweep file has a few hundred: write "
+                              "the values out, or use fewer aliases")
+        return loader.construct_document(node)
+    except (_DuplicateKey, _AliasError) as err:
         raise InputError(f"{p}: {err}") from None
     except RecursionError:
         raise InputError(f"{p}: nested too deeply to be a sweep file") from None
@@ -701,7 +757,17 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or "invalid YAML"
-        raise InputError(f"{p}: not valid YAML{where}: {problem}") from None
+        raise InputError(f"{p}: not valid YAML{where}: {clip(str(problem), 2 * EXCERPT_CHARS)}") from None
+    finally:
+        loader.dispose()
+
+
+def load_sweep(path: str | os.PathLike[str]) -> SweepConfig:
+    """Read and validate a sweep YAML file. Creates nothing; every error is an `InputError` naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: sweep file not found (give a sweep YAML, e.g. studies/quickstart.yaml)")
+    data = _read_yaml(p)
     if data is None:
         raise InputError(f"{p}: the sweep file is empty (see studies/quickstart.yaml for an example)")
     return parse_sweep(data, str(p))

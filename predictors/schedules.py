@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.errors import InputError, clip, excerpt
 
 KINDS = ("linear", "cosine", "wsd", "constant", "data")
 #: Relative size (of the peak lr) of a negative lr sample read as 0: float32 rounding at the end of a decay
@@ -50,11 +50,11 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise InputError(f"schedule: unknown kind {self.kind!r}; use one of {', '.join(KINDS)}")
+            raise InputError(f"schedule: unknown kind {excerpt(self.kind)}; use one of {', '.join(KINDS)}")
         for name in ("warmup", "decay", "final"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
-                raise InputError(f"schedule: field {name!r} must be a finite number, got {value!r}")
+                raise InputError(f"schedule: field {name!r} must be a finite number, got {excerpt(value)}")
         if not 0.0 <= self.warmup < 1.0:
             raise InputError(f"schedule: warmup must be a fraction of tokens in [0, 1), got {self.warmup}")
         if not 0.0 <= self.final <= 1.0:
@@ -74,7 +74,7 @@ class Schedule:
             object.__setattr__(self, "_x", arr[:, 0].copy())
             object.__setattr__(self, "_y", arr[:, 1].copy())
         elif self.points:
-            raise InputError(f"schedule: points are only used by kind 'data', not {self.kind!r}")
+            raise InputError(f"schedule: points are only used by kind 'data', not {excerpt(self.kind)}")
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, t_hat: float | np.ndarray) -> float | np.ndarray:
@@ -163,7 +163,7 @@ class Schedule:
         unknown = set(d) - {"kind", "warmup", "decay", "final", "points"}
         if unknown:
             raise InputError(
-                f"schedule: unknown field(s) {', '.join(sorted(unknown))}; "
+                f"schedule: unknown field(s) {clip(', '.join(sorted(map(str, unknown))), 200)}; "
                 "use kind, warmup, decay, final, points"
             )
         kwargs: dict[str, Any] = {"kind": d.get("kind", "linear")}
@@ -171,7 +171,7 @@ class Schedule:
             if name in d:
                 value = d[name]
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise InputError(f"schedule: field {name!r} must be a number, got {value!r}")
+                    raise InputError(f"schedule: field {name!r} must be a number, got {excerpt(value)}")
                 kwargs[name] = float(value)
         if "points" in d:
             try:

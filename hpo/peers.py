@@ -378,14 +378,19 @@ DESCRIPTIONS: dict[str, str] = {
 OPTIONAL_LIBRARY: dict[str, str] = {"conformal": "surestop", "conformal-tuned": "surestop"}
 
 
-def unavailable(names: list[str]) -> dict[str, str]:
-    """The peers among ``names`` whose library is not installed, each with a one-line note saying so."""
+def unavailable_module(module: str) -> bool:
+    """Whether the optional library ``module`` is not installed."""
     import importlib.util
 
+    return importlib.util.find_spec(module) is None
+
+
+def unavailable(names: list[str]) -> dict[str, str]:
+    """The peers among ``names`` whose library is not installed, each with a one-line note saying so."""
     out: dict[str, str] = {}
     for name in names:
         module = OPTIONAL_LIBRARY.get(name)
-        if module is not None and importlib.util.find_spec(module) is None:
+        if module is not None and unavailable_module(module):
             out[name] = f"needs the {module!r} package, which is not installed (pip install {module})"
     return out
 
@@ -467,3 +472,81 @@ def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
             raise ValueError(f"pruner {name!r} needs a surrogate")
         return collapse_factory(name, surrogate, **COLLAPSE_SETTINGS[name])
     return PEERS[name]
+
+
+# ---------------------------------------------------------------------------------------------- frontiers
+#: Each pruner family's own knobs, swept by ``collapse-hpo replay --frontier`` (hpo/frontier.py): family ->
+#: knob -> the values tried; a family's settings are every combination. The one place these grids live.
+#: Resources (min_resource, grace_period, n_warmup_steps) are in thousandths of training (t_permille), the
+#: same for every sweep. The grids were set before any frontier was drawn: each spans its library's default
+#: or the setting of ``PEERS`` to both sides, no value was chosen on a replay.
+#:
+#: - sha / hyperband (Optuna) and asha (Ray): reduction factor and grace (the first rung);
+#: - percentile (Optuna PercentilePruner; percentile 50 is MedianPruner): percentile and warm-up (4 startup
+#:   trials, as the tuned peers);
+#: - top-k: k (trials continued) and the fraction of training where they are chosen;
+#: - conformal (surestop ConformalPruner): α, calibrated on the first max(5, n/4, ⌈1/α⌉) trials (fewer than
+#:   1/α − 1 calibration runs cannot certify any threshold at α);
+#: - collapse, collapse-online (ours): the pruner's one knob, a ``CollapsePruner`` setting (the entry's only
+#:   key is the setting's name; collapse-online shares collapse's grid).
+FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "sha": {"reduction_factor": (2, 3, 4), "min_resource": (20, 50, 100, 250)},
+    "asha": {"reduction_factor": (2, 3, 4), "grace_period": (20, 50, 100, 250)},
+    "hyperband": {"reduction_factor": (2, 3, 4), "min_resource": (20, 50, 100, 250)},
+    "percentile": {"percentile": (10.0, 25.0, 50.0, 75.0), "n_warmup_steps": (0, 100, 250, 500)},
+    "top-k": {"k": (1, 2, 3, 5, 10), "fraction": (0.05, 0.1, 0.25, 0.5)},
+    "conformal": {"alpha": (0.02, 0.05, 0.1, 0.2, 0.3)},
+    "collapse": {"margin": (0.0, 0.01, 0.02, 0.04, 0.08, 0.16)},
+}
+FRONTIER_KNOBS["collapse-online"] = FRONTIER_KNOBS["collapse"]
+
+#: Frontier families whose library is optional (see ``OPTIONAL_LIBRARY``) and ours that need a surrogate.
+FRONTIER_OPTIONAL: dict[str, str] = {"conformal": "surestop"}
+FRONTIER_OURS = ("collapse", "collapse-online")
+
+
+def _frontier_build(family: str, knobs: dict[str, Any]) -> Callable[[Sweep], Any]:
+    """The pruner (Optuna) or scheduler (Ray) of a peer ``family`` at the setting ``knobs``."""
+
+    def build(sweep: Sweep) -> Any:
+        if family in ("sha", "hyperband", "percentile"):
+            import optuna
+
+            if family == "sha":
+                return optuna.pruners.SuccessiveHalvingPruner(**knobs)
+            if family == "hyperband":
+                return optuna.pruners.HyperbandPruner(max_resource=STEP_SCALE, **knobs)
+            return optuna.pruners.PercentilePruner(n_startup_trials=4, **knobs)
+        if family == "asha":
+            from ray.tune.schedulers import ASHAScheduler
+
+            return ASHAScheduler(time_attr="t_permille", metric="loss", mode="min", max_t=STEP_SCALE, **knobs)
+        if family == "conformal":
+            from surestop import ConformalPruner
+
+            n_cal = max(5, math.ceil(sweep.n_trials / 4), math.ceil(1.0 / float(knobs["alpha"])))
+            return ConformalPruner(n_calibration=n_cal, **knobs)
+        raise ValueError(f"no frontier builder for family {family!r}")
+
+    return build
+
+
+def frontier_factory(
+    family: str, label: str, knobs: dict[str, Any], *, surrogate: Any = None
+) -> PrunerFactory:
+    """A factory of ``family``'s pruner at the setting ``knobs`` (one combination of ``FRONTIER_KNOBS``),
+    named ``label`` in the tables. Ours need ``surrogate`` (collapse) or nothing (collapse-online)."""
+    if family not in FRONTIER_KNOBS:
+        raise ValueError(f"unknown frontier family {family!r}; choose from {', '.join(FRONTIER_KNOBS)}")
+    if family == "collapse-online":
+        return collapse_factory(label, "online", **knobs)
+    if family == "collapse":
+        if surrogate is None:
+            raise ValueError("frontier family 'collapse' needs a surrogate")
+        return collapse_factory(label, surrogate, **knobs)
+    if family == "top-k":
+        return lambda: TopKAtFraction(label, fraction=float(knobs["fraction"]), k=int(knobs["k"]))
+    build = _frontier_build(family, knobs)
+    if family == "asha":
+        return lambda: RayAdapter(label, build)
+    return lambda: OptunaAdapter(label, build)

@@ -33,6 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", default=None, help="write the summary table as CSV here")
     parser.add_argument("--plot", default=None, help="write the compute-vs-regret plot (PNG) here")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--frontier", action="store_true",
+                        help="sweep each pruner family's own knobs (peers.FRONTIER_KNOBS) and print every "
+                             "setting's compute, mean regret and best-cut rate, with each family's Pareto "
+                             "frontier marked; --csv and --plot then write the frontier table and plot")
+    parser.add_argument("--family", action="append", default=None, metavar="NAME",
+                        help="with --frontier: a family to sweep (repeatable; default: all). 'list' prints "
+                             "the families and their knobs")
 
 
 def default_jobs() -> int:
@@ -62,6 +69,14 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
 
+    if args.family is not None and not args.frontier:
+        raise InputError("replay: --family needs --frontier (use --pruner to choose pruners otherwise)")
+    if args.frontier and args.family and "list" in args.family:
+        for family, grid in peers.FRONTIER_KNOBS.items():
+            print(f"{family:<16} " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in grid.items()))
+        return 0
+    if args.frontier and args.pruner:
+        raise InputError("replay: --frontier sweeps families (--family), not single pruners (--pruner)")
     names = peers.available_names()
     if args.pruner and "list" in args.pruner:
         for n in names:
@@ -77,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"replay: --jobs must be at least 1, got {args.jobs}")
     jobs = args.jobs if args.jobs is not None else default_jobs()
+    if args.frontier:
+        return _frontier(args, jobs)
     chosen = args.pruner or names
     unknown = [n for n in chosen if n not in names]
     if unknown:
@@ -113,4 +130,63 @@ def run(args: argparse.Namespace) -> int:
         write_summary_csv(args.csv, summaries)
     if args.plot:
         plot_compute_regret(args.plot, summaries, title=f"replay of {os.path.basename(args.curves)}")
+    return 0
+
+
+def _frontier(args: argparse.Namespace, jobs: int) -> int:
+    """`replay --frontier`: every setting of each family's knob grid, the table and the coverage lines."""
+    from collapse_hpo.hpo import frontier as fr
+    from collapse_hpo.hpo import peers
+    from collapse_hpo.hpo.commands._common import check_outputs, print_notes
+    from collapse_hpo.hpo.replay import make_sweep
+    from collapse_hpo.predictors.curves import read_curves_csv
+    from collapse_hpo.predictors.errors import InputError
+
+    families = list(dict.fromkeys(args.family or peers.FRONTIER_KNOBS))
+    unknown = [f for f in families if f not in peers.FRONTIER_KNOBS]
+    if unknown:
+        raise InputError(f"replay: unknown family {unknown[0]!r}; choose from "
+                         f"{', '.join(peers.FRONTIER_KNOBS)} (--family list shows their knobs)")
+    if args.markdown:
+        raise InputError("replay: --markdown is for the pruner table; --frontier prints its own table")
+    for out in (args.csv, args.plot):
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise InputError(f"replay: output folder of {out} does not exist; create it first")
+    check_outputs(args.csv, args.plot, what="replay output")
+    curves = read_curves_csv(args.curves)
+    print_notes("replay", curves)
+    sweep = make_sweep(curves, n_reports=args.reports,
+                       name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
+    for family, module in peers.FRONTIER_OPTIONAL.items():
+        if family in families and peers.unavailable_module(module):
+            print(f"replay: family {family} skipped: needs the {module!r} package, which is not installed "
+                  f"(pip install {module})", file=sys.stderr)
+            families.remove(family)
+    surrogate = None
+    if "collapse" in families:
+        surrogate = peers.load_surrogate(surrogate=args.surrogate, reference=args.reference)
+        if surrogate is None:
+            print("replay: family collapse skipped: give --surrogate or --reference (a calibration set other "
+                  "than the sweep itself); collapse-online needs neither", file=sys.stderr)
+            families.remove("collapse")
+    if not families:
+        raise InputError("replay: no family left to sweep (see the notes above)")
+    print(f"replay --frontier {args.curves}: {sweep.n_trials} trials, {sweep.grid.size} reports each, "
+          f"{args.orders} orders, {args.workers} workers, families {', '.join(families)}, {jobs} job(s)",
+          file=sys.stderr)
+    points = fr.frontier(sweep, families, surrogate=surrogate, orders=args.orders, workers=args.workers,
+                         seed=args.seed, jobs=jobs,
+                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(fr.format_frontier(points))
+    ours = [f for f in families if f in peers.FRONTIER_OURS]
+    for mine in ours:
+        for peer in (f for f in families if f not in peers.FRONTIER_OURS):
+            c = fr.coverage(points, mine, peer)
+            print(f"{mine} vs {peer}: {c.covered}/{c.total} frontier points at no more compute and mean "
+                  "regret" + (f" (missed: {', '.join(c.missed)})" if c.missed else ""))
+    if args.csv:
+        fr.write_frontier_csv(args.csv, points)
+    if args.plot:
+        fr.plot_frontier(args.plot, points, title=f"frontiers of {os.path.basename(args.curves)} "
+                                                  f"({args.orders} orders)")
     return 0

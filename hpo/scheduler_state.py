@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import time
 import warnings
@@ -140,37 +141,139 @@ class SchedulerState:
     seq: int = 0
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _check_schedule(value: Any) -> bool:
+    try:
+        Schedule.from_dict(value)
+    except (InputError, TypeError, ValueError):
+        return False
+    return True
+
+
+# What each record field must hold (JSON types), and how the check says it. NaN/inf are kept in losses:
+# they mean divergence. The file is trusted only once every field passed.
+_FIELD_RULES: dict[str, tuple[Any, str]] = {
+    "trial_id": (lambda v: isinstance(v, str), "a string"),
+    "status": (lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+    "t_hat": (lambda v: isinstance(v, list) and all(_finite(x) and x >= 0 for x in v),
+              "a list of finite numbers >= 0"),
+    "loss": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers"),
+    "tokens": (lambda v: isinstance(v, list) and all(x is None or (_finite(x) and x >= 0) for x in v),
+               "a list of finite numbers >= 0 or nulls"),
+    "schedule": (_check_schedule, "a schedule object (kind, warmup, decay, final, points)"),
+    "tau": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
+    "tpp": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
+    "total_tokens": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
+    "decision": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "final_loss": (lambda v: v is None or _is_number(v), "a number or null"),
+    "replayed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
+    "log": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects"),
+    "optuna_trial_id": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+                        "a whole number or null"),
+    "optuna_number": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+                      "a whole number or null"),
+    "config": (lambda v: isinstance(v, dict), "an object"),
+    "searched": (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+                 "a list of strings or null"),
+}
+
+
+def _check_field(tid: str, name: str, value: Any) -> None:
+    ok, wanted = _FIELD_RULES[name]
+    if not ok(value):
+        raise ValueError(f"trial {tid!r}: field {name!r} must be {wanted}, got {_shown(value)}")
+
+
+def check_record(rec: TrialRecord) -> None:
+    """Raise ValueError naming the trial and the field when ``rec`` (read from a file) breaks the schema."""
+    for f in fields(TrialRecord):
+        _check_field(rec.trial_id, f.name, getattr(rec, f.name))
+    if not len(rec.t_hat) == len(rec.loss) == len(rec.tokens):
+        raise ValueError(f"trial {rec.trial_id!r}: fields 't_hat', 'loss' and 'tokens' differ in length "
+                         f"({len(rec.t_hat)}, {len(rec.loss)}, {len(rec.tokens)})")
+
+
+_OP_LENGTHS = {"report": 5, "set": 3, "log": 3, "trial": 3, "warn": 2}
+
+
 def apply(state: SchedulerState, op: list[Any]) -> None:
-    """Apply one journal op to ``state`` (the writer and the reader both go through here)."""
+    """Apply one journal op to ``state`` (the writer and the reader both go through here). A malformed op
+    (wrong shape, unknown trial, a value of the wrong type) raises ValueError naming the field, and leaves
+    the state unchanged."""
+    if not isinstance(op, list) or not op or op[0] not in _OP_LENGTHS:
+        raise ValueError(f"unknown op {_shown(op)}")
     kind = op[0]
+    if len(op) != _OP_LENGTHS[kind]:
+        raise ValueError(f"op {kind!r} must have {_OP_LENGTHS[kind]} items, got {len(op)}")
+    if kind == "warn":
+        if not isinstance(op[1], dict):
+            raise ValueError(f"a warning must be an object, got {_shown(op[1])}")
+        state.warnings.append(dict(op[1]))
+        return
+    tid = op[1]
+    if not isinstance(tid, str):
+        raise ValueError(f"a trial id must be a string, got {_shown(tid)}")
+    if kind == "trial":
+        state.records[tid] = record_from_dict(copy.deepcopy(op[2]), tid)
+        return
+    if tid not in state.records:
+        raise ValueError(f"op {kind!r} names trial {tid!r}, which has no record")
+    rec = state.records[tid]
     if kind == "report":
-        rec = state.records[op[1]]
+        _check_field(tid, "t_hat", [op[2]])
+        _check_field(tid, "loss", [op[3]])
+        _check_field(tid, "tokens", [op[4]])
         rec.t_hat.append(op[2])
         rec.loss.append(op[3])
         rec.tokens.append(op[4])
     elif kind == "set":
-        rec = state.records[op[1]]
+        if not isinstance(op[2], dict):
+            raise ValueError(f"op 'set' of trial {tid!r} must hold an object of fields, got {_shown(op[2])}")
         for name, value in op[2].items():
             if name not in SETTABLE:
                 raise ValueError(f"field {name!r} cannot be set")
+            _check_field(tid, name, value)
+        for name, value in op[2].items():
             setattr(rec, name, copy.deepcopy(value))  # the op is written later: the record must not share it
-    elif kind == "log":
-        state.records[op[1]].log.append(op[2])
-    elif kind == "trial":
-        state.records[op[1]] = record_from_dict(copy.deepcopy(op[2]), op[1])
-    elif kind == "warn":
-        state.warnings.append(dict(op[1]))
-    else:
-        raise ValueError(f"unknown op {kind!r}")
+    else:  # "log"
+        if not isinstance(op[2], dict):
+            raise ValueError(f"trial {tid!r}: a log entry must be an object, got {_shown(op[2])}")
+        rec.log.append(op[2])
 
 
 def record_from_dict(d: Any, tid: str, version: int = STATE_VERSION) -> TrialRecord:
-    """A TrialRecord from its JSON dict (``version`` 1 logs are converted); ValueError when malformed."""
-    if not isinstance(d, dict) or d.get("status") not in STATUSES:
-        raise ValueError(f"trial {tid!r} has a malformed record")
-    rec = TrialRecord(**{k: v for k, v in d.items() if k in _KNOWN})
+    """A TrialRecord from its JSON dict (``version`` 1 logs are converted); ValueError naming the trial and
+    the field when it breaks the schema (`check_record`)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"trial {tid!r}: its record must be an object, got {_shown(d)}")
+    if d.get("status") not in STATUSES:
+        raise ValueError(f"trial {tid!r}: field 'status' must be one of {', '.join(STATUSES)}, "
+                         f"got {_shown(d.get('status'))}")
+    unknown = sorted(set(d) - _KNOWN)
+    if unknown and version == STATE_VERSION:  # older versions' extra fields are dropped
+        raise ValueError(f"trial {tid!r}: unknown field(s) {', '.join(map(repr, unknown))}")
+    rec = TrialRecord(**{k: v for k, v in d.items() if k in _KNOWN}, **({} if "trial_id" in d else
+                                                                         {"trial_id": tid}))
+    if rec.trial_id != tid:
+        raise ValueError(f"trial {tid!r}: field 'trial_id' is {_shown(rec.trial_id)}, not the record's key")
     if version == 1:  # version 1 logged [t̂, prune, prediction]: the entry type holds the same facts
+        _check_field(tid, "total_tokens", rec.total_tokens)
+        if not isinstance(rec.log, list) or not all(isinstance(x, list | tuple) for x in rec.log):
+            raise ValueError(f"trial {tid!r}: field 'log' must be a list of [t_hat, prune, prediction]")
         rec.log = [_v1_entry(item, rec) for item in rec.log]
+    check_record(rec)
     return rec
 
 
@@ -207,14 +310,24 @@ def parse_state(snapshot: str, journal: str | None, where: str) -> tuple[Schedul
     version = data.get("version") if isinstance(data, dict) and data.get("format") == STATE_FORMAT else None
     if version not in (1, 2, STATE_VERSION):
         raise InputError(f"{where}: not a CollapseScheduler state file (format/version); delete or move it")
-    state = SchedulerState(seq=int(data.get("seq") or 0) if version == STATE_VERSION else 0)
+    seq = data.get("seq", 0) if version == STATE_VERSION else 0
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise InputError(f"{where}: field 'seq' must be a whole number >= 0, got {_shown(seq)}; the state is "
+                         "damaged: delete the file to start afresh")
+    trials = data.get("trials", {})
+    if not isinstance(trials, dict):
+        raise InputError(f"{where}: field 'trials' must be an object of trial records, got {_shown(trials)}; "
+                         "the state is damaged: delete the file to start afresh")
+    found = data.get(WARNINGS_KEY, [])
+    if not isinstance(found, list) or not all(isinstance(w, dict) for w in found):
+        raise InputError(f"{where}: field {WARNINGS_KEY!r} must be a list of objects, got {_shown(found)}; "
+                         "the state is damaged: delete the file to start afresh")
+    state = SchedulerState(seq=seq, warnings=[dict(w) for w in found])
     try:
-        for tid, d in (data.get("trials") or {}).items():
+        for tid, d in trials.items():
             state.records[tid] = record_from_dict(d, tid, version)
     except (TypeError, ValueError) as err:
-        raise InputError(f"{where}: {err}; delete the file to start afresh") from None
-    found = data.get(WARNINGS_KEY)
-    state.warnings = [dict(w) for w in found if isinstance(w, dict)] if isinstance(found, list) else []
+        raise InputError(f"{where}: {err}; the state is damaged: delete the file to start afresh") from None
     notes: list[str] = []
     if version == STATE_VERSION and journal:
         _replay(state, journal, journal_path(where), notes)

@@ -15,14 +15,13 @@
 The user attrs the pruner and the Ray scheduler write (``predicted_final_loss``, ``predicted_low``,
 ``predicted_high``, ``decision_fraction``, ``prune_reason``) are shown by the dashboard as they are.
 
-``serve(storage, host, port)`` runs optuna-dashboard on a storage (``collapse-hpo dashboard``).
+Serving it (``collapse-hpo dashboard``: who may reach it, read-only, threads) is hpo/dashboard_server.py.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,53 +346,3 @@ def _save_if_changed(
 
 def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def make_server(storage: str, host: str = "127.0.0.1", port: int = 8080) -> Any:
-    """A wsgiref server running optuna-dashboard on ``storage`` (port 0 = any free port); not yet serving.
-
-    Raises InputError when the storage cannot be opened or the port cannot be bound.
-    """
-    from wsgiref.simple_server import WSGIRequestHandler
-    from wsgiref.simple_server import make_server as _make
-
-    import optuna_dashboard
-
-    class _Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # wsgiref's signature
-            return
-
-    try:
-        app = optuna_dashboard.wsgi(storage)
-    except Exception as err:
-        raise InputError(f"storage {storage!r}: cannot open it for the dashboard ({type(err).__name__}: "
-                         f"{err}); check the URL") from None
-    try:
-        return _make(host, port, app, handler_class=_Quiet)
-    except OSError as err:
-        raise InputError(
-            f"dashboard: cannot listen on {host}:{port} ({err}); choose another --port"
-        ) from None
-
-
-def dashboard_url(server: Any) -> str:
-    """The URL a browser opens for a server from ``make_server``."""
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/dashboard/"
-
-
-def serve(storage: str, host: str = "127.0.0.1", port: int = 8080, *, out: Any = None,
-          shown: str | None = None) -> None:
-    """Run optuna-dashboard on ``storage`` until interrupted, after printing its URL (a line on ``out``).
-
-    ``shown`` is how the storage is named in that line (e.g. the URL without its password).
-    """
-    server = make_server(storage, host, port)
-    out = out or sys.stdout
-    print(f"optuna-dashboard on {shown or storage}: {dashboard_url(server)}  (Ctrl-C to stop)", file=out,
-          flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()

@@ -2,7 +2,9 @@
 
 Before serving, the sweep's study gets a fresh collapsed-curves figure and per-trial prediction notes
 (hpo/dashboard.py ``publish``), so a running sweep shows its current state. Prints the URL, then serves until
-Ctrl-C. Listens on 127.0.0.1 unless ``--host`` says otherwise.
+Ctrl-C. Listens on 127.0.0.1; another ``--host`` (reachable from other machines) is refused unless
+``--allow-remote`` is given, and is then read-only unless ``--no-read-only`` (hpo/dashboard_server.py). The
+host is checked before anything is published.
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results folder of the sweep (as given to `run`)")
     parser.add_argument("--no-prune", action="store_true",
                         help="open the sweep's '<name>-noprune' run (as given to `run --no-prune`)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1); one reachable from other machines "
+                             "needs --allow-remote (to share a dashboard, prefer an SSH tunnel: "
+                             "ssh -L 8080:127.0.0.1:8080 HOST)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a --host reachable from other machines (no authentication: anyone who "
+                             "reaches the port can read the studies); read-only unless --no-read-only")
+    parser.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
+                        help="refuse every change (POST, PUT, DELETE: notes, deleting studies); default: "
+                             "read-only when the host is reachable from other machines")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free port)")
     parser.add_argument("--no-publish", action="store_true",
                         help="do not refresh the figure and notes before serving")
@@ -39,9 +50,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("dashboard: give a sweep file or --storage URL (one of them)")
     if not 0 <= args.port <= 65535:
         raise InputError(f"dashboard: --port must be in 0..65535, got {args.port}")
+    from collapse_hpo.hpo.dashboard_server import check_host, remote_warning
+
+    remote = False if args.publish_only else check_host(args.host, args.allow_remote)
+    read_only = remote if args.read_only is None else args.read_only
     import optuna
 
-    from collapse_hpo.hpo import dashboard
+    from collapse_hpo.hpo import dashboard, dashboard_server
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies: list[optuna.Study] = []
@@ -88,8 +103,12 @@ def run(args: argparse.Namespace) -> int:
                   f"{result.trial_notes} trial note(s) updated; reference: {result.reference}")
     if args.publish_only:
         return 0
+    if remote:
+        import sys
+
+        print(remote_warning(args.host, args.port, read_only), file=sys.stderr, flush=True)
     try:
-        dashboard.serve(url, args.host, args.port, shown=mask_url(url))
+        dashboard_server.serve(url, args.host, args.port, read_only=read_only, shown=mask_url(url))
     except KeyboardInterrupt:
         return 0
     return 0

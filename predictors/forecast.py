@@ -25,7 +25,7 @@ from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.scaling_law import N_BOOT, ScalingLaw, fit_scaling_law
 from collapse_hpo.predictors.schedules import Schedule
-from collapse_hpo.predictors.surrogate import Surrogate
+from collapse_hpo.predictors.surrogate import EXTRAPOLATION_SLACK, Surrogate, beyond_reference
 
 T_HAT_GRID = np.linspace(0.01, 1.0, 100)
 
@@ -35,6 +35,19 @@ def raw_end(surrogate: Surrogate, schedule: Schedule, tau: float | None, tpp: fl
     None: not defined, for a surrogate with a constant q)."""
     eta1 = float(schedule(1.0))
     return 1.0 + surrogate.b(tau) * (eta1 + surrogate.eps2) ** surrogate.q(tpp)
+
+
+def _unused_tau(surrogate: Surrogate, tau: float | None) -> str | None:
+    """A note when the forecast's τ differs from the references' but cannot change the forecast: a surrogate
+    calibrated on a single τ (or without weight decay) has a constant b, so every τ gives the same curve."""
+    if surrogate.tau_law != "constant" or tau is None:
+        return None
+    rng = surrogate.reference.get("tau")
+    if rng is not None and rng[0] * (1 - EXTRAPOLATION_SLACK) <= tau <= rng[1] * (1 + EXTRAPOLATION_SLACK):
+        return None
+    seen = "without weight decay" if rng is None else f"at tau {rng[0]:.4g}-{rng[1]:.4g}"
+    return (f"tau {tau:.4g} does not change this forecast: the surrogate was calibrated {seen}, so its "
+            "b(tau) is a constant; calibrate on references with several tau to forecast the effect of tau")
 
 
 def reference_params(curves: Sequence[Curve], params: Sequence[float] | Mapping[str, float]) -> np.ndarray:
@@ -182,6 +195,10 @@ def forecast(
         raise InputError(f"confidence must be in (0, 1), got {confidence}")
     sched = Schedule.parse(schedule)
     tpp = float(tokens) / float(params)
+    ranges = {"params": law.n_range, "tpp": law.tpp_range, "tau": surrogate.reference.get("tau")}
+    too_far = beyond_reference(ranges, {"params": float(params), "tpp": tpp, "tau": tau})
+    if too_far is not None:
+        raise InputError(f"cannot forecast: {too_far}")
     notes = []
     n_lo, n_hi = law.n_range
     if not n_lo <= params <= n_hi:
@@ -197,6 +214,9 @@ def forecast(
     if law.kind == "full" and not t_lo <= tpp <= t_hi:
         notes.append(f"TPP {tpp:.4g} is outside the reference TPPs {t_lo:.4g} to {t_hi:.4g}: the law "
                      "extrapolates")
+    tau_note = _unused_tau(surrogate, tau)
+    if tau_note is not None:
+        notes.append(tau_note)
     scale = raw_end(surrogate, sched, tau, tpp) if law.target == "final_over_raw1" else 1.0
     final = law.predict(params, tokens) * scale
     lo, hi = law.interval(params, tokens, confidence)
@@ -205,6 +225,10 @@ def forecast(
     if t.ndim != 1 or t.size == 0 or not np.all((t > 0) & (t <= 1)):
         raise InputError("t_hat must be fractions of training tokens in (0, 1]")
     shape = surrogate.normalized(t, sched, tau, tpp)
+    values = np.concatenate([[final, lo, hi], final * shape, lo * shape, hi * shape])
+    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise InputError(f"the forecast for N = {params:.4g}, D = {tokens:.4g} is not a finite positive loss "
+                         "(the law or the surrogate cannot be evaluated there); nothing written")
     return Forecast(
         params=float(params),
         tokens=float(tokens),

@@ -125,7 +125,8 @@ class ScalingLaw:
     def _value(self, c: np.ndarray, params: float, tokens: float) -> np.ndarray:
         """The law at (params, tokens) for constant rows c = [e, a, alpha, b, beta] (shape (K, 5))."""
         x, y = params / self.n0, tokens / self.d0
-        return c[:, 0] + c[:, 1] * x ** (-c[:, 2]) + c[:, 3] * y ** (-c[:, 4])
+        with np.errstate(over="ignore", invalid="ignore"):  # an inf is refused by the caller (`forecast`)
+            return c[:, 0] + c[:, 1] * x ** (-c[:, 2]) + c[:, 3] * y ** (-c[:, 4])
 
     def predict(self, params: float, tokens: float) -> float:
         """The law's value at N = ``params`` (parameters) and D = ``tokens`` (tokens)."""

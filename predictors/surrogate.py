@@ -46,6 +46,9 @@ MAX_M = 2.0  # m in (0, MAX_M]
 MAX_LOG_ERROR = 50.0  # |bias|, scale, max_abs of error bands and size trends, log units (e^50: no real miss)
 REFERENCE_KEYS = ("params", "tpp", "tau")
 EXTRAPOLATION_SLACK = 0.05  # TPP or τ within 5% of the reference range is not reported as extrapolation
+# A control (N, TPP or τ) more than this factor outside the reference range is beyond any evidence the
+# surrogate or its law has: `forecast` refuses it (a TPP of 2e-290 or a loss of 514 is not a forecast).
+MAX_EXTRAPOLATION = 100.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,24 @@ class SizeTrend:
         var = self.scale**2 * (1.0 + 1.0 / max(m, 1)) + (self.ext_error * d / self.step) ** 2
         tq = float(stats.t.ppf(0.5 + 0.5 * confidence, df=self.tests))
         return bias, tq * math.sqrt(var)
+
+
+def beyond_reference(ranges: dict[str, list[float]], values: dict[str, float | None],
+                     limit: float = MAX_EXTRAPOLATION) -> str | None:
+    """The first control of ``values`` (params, tpp, tau; None: not given) that lies more than ``limit``
+    times outside its [lo, hi] in ``ranges`` (a key without a range is not checked), as a one-line reason
+    naming the value, the range and the limit; None when every one is within."""
+    for key, v in values.items():
+        rng = ranges.get(key)
+        if rng is None or v is None:
+            continue
+        lo, hi = rng
+        factor = max(v / hi, lo / v) if v > 0 else math.inf
+        if factor > limit:
+            side = "above" if v > hi else "below"
+            return (f"{key} {v:.4g} is x{factor:.3g} {side} the reference range {lo:.4g}-{hi:.4g}, beyond "
+                    f"the x{limit:g} the references can speak for; calibrate on references nearer to it")
+    return None
 
 
 def extrapolate_bias(
@@ -339,6 +360,12 @@ class Surrogate:
             elif v < lo * (1 - slack):
                 out.append(f"{key} {v:.4g} is x{lo / v:.3g} below the reference range {lo:.4g}-{hi:.4g}")
         return "; ".join(out) if out else None
+
+    def too_far(self, params: float | None, tpp: float | None, tau: float | None,
+                limit: float = MAX_EXTRAPOLATION) -> str | None:
+        """A one-line reason when ``params``, ``tpp`` or ``tau`` lies more than ``limit`` times outside the
+        reference range (see `beyond_reference`), else None."""
+        return beyond_reference(self.reference, {"params": params, "tpp": tpp, "tau": tau}, limit)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:

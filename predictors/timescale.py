@@ -36,7 +36,12 @@ def adamw_tau(batch_tokens: float, lr: float, weight_decay: float, total_tokens:
         raise InputError(f"weight_decay must be a non-negative finite number, got {weight_decay!r}")
     if lam == 0.0:
         return math.inf
-    return b / (eta * lam * d)
+    denominator = eta * lam * d
+    tau = b / denominator if denominator > 0.0 else math.inf
+    if not (math.isfinite(tau) and tau > 0.0):  # 1e-300 * 1e-300 is 0; 1e300 / 1e-300 is inf
+        raise InputError(f"tau = B/(eta lambda D) = {b:g}/({eta:g} * {lam:g} * {d:g}) is not a representable "
+                         "positive number; check batch_tokens, lr, weight_decay and the training tokens")
+    return tau
 
 
 def weight_decay_for_tau(batch_tokens: float, lr: float, tau: float, total_tokens: float) -> float:

@@ -139,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
     kind = args.schedule.strip().lower()
     if kind not in KINDS or kind == "data":
         raise InputError(f"--schedule must be one of linear, cosine, wsd, constant, got {args.schedule!r}")
+    tau = _tau(args)
     surrogate = Surrogate.load(args.surrogate)
     try:
-        fc = forecast(surrogate, args.params, args.tokens, schedule=Schedule(kind=kind), tau=_tau(args))
+        fc = forecast(surrogate, args.params, args.tokens, schedule=Schedule(kind=kind), tau=tau)
     except InputError as err:
         raise InputError(f"{args.surrogate}: {err}") from None
     files = {}

@@ -86,6 +86,12 @@ def run(args: argparse.Namespace) -> int:
         if diverged:  # never predicted from the points before: the run is lost
             pred = Prediction(final_loss=None, low=None, high=None, fraction=float(c.diverged_at), n_points=0,
                               reason=f"the run diverged at t_hat={c.diverged_at:g} (a NaN, inf or huge loss)")
+        # The shape's controls (TPP, τ) far beyond the references: the shape there is no evidence (the size
+        # only moves the size correction, whose own interval widens beyond the reference sizes).
+        too_far = surrogate.too_far(None, c.tpp, c.tau)
+        if too_far is not None and not diverged:
+            pred = Prediction(final_loss=None, low=None, high=None, fraction=pred.fraction, n_points=0,
+                              reason=f"not predicted: {too_far}", extrapolation=pred.extrapolation)
         low, high = pred.shown  # widened when the curve does not collapse onto the reference shape
         row: dict = {
             "run": c.run,

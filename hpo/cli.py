@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    from collapse_hpo.hpo import storage_errors
     from collapse_hpo.hpo.urls import mask_text
     from collapse_hpo.predictors.atomic import describe_os_error
     from collapse_hpo.predictors.errors import clip
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     try:
+        storage_errors.watch()  # a damaged database or a full disk: one line naming the file (StorageFault)
         return int(args._run(args) or 0)
     except InputError as err:
         return fail(str(err))

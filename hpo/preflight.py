@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from collapse_hpo.hpo.config import SweepConfig
+from collapse_hpo.hpo.storage_errors import StorageFault
 from collapse_hpo.hpo.urls import STORAGE_ENV, has_password, mask_text, mask_url, resolve_url, url_problem
 from collapse_hpo.predictors.atomic import check_writable_dir
 from collapse_hpo.predictors.errors import InputError
@@ -283,6 +284,8 @@ def _study_names(sweep: SweepConfig, field: str, url: str) -> set[str]:
                 return set()
             rows = conn.execute(sqlalchemy.text("SELECT study_name FROM studies")).fetchall()
             return {str(r[0]) for r in rows}
+    except StorageFault:
+        raise
     except Exception as err:
         raise field_error(sweep, field, _connect_failure(url, err)) from None
     finally:
@@ -323,6 +326,34 @@ def _check_sqlite_file(sweep: SweepConfig, field: str, path: Path) -> None:
         raise field_error(sweep, field, f"cannot read {path} ({err.strerror}); check the path") from None
     if head and head != _SQLITE_MAGIC:
         raise field_error(sweep, field, f"{path} exists and is not a SQLite database; give another file name")
+    if head:
+        check_sqlite_integrity(path)
+
+
+def check_sqlite_integrity(path: Path) -> None:
+    """Raise a `StorageFault` ("damaged database") when SQLite's ``quick_check`` finds the file damaged
+    (truncated, a page of garbage), before anything reads or writes it. Read only; it reads every page once
+    (milliseconds for a sweep's study.db)."""
+    import sqlite3
+
+    from collapse_hpo.hpo.storage_errors import DAMAGED_ADVICE, classify
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=CONNECT_TIMEOUT_S)
+    except sqlite3.Error:
+        return  # unreadable here (e.g. permissions): the storage's own errors say why later
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as err:
+        fault = classify(err, str(path))
+        if fault is not None:
+            raise fault from None
+        return  # locked, busy: not a damage
+    finally:
+        conn.close()
+    verdict = str(rows[0][0]) if rows else "no answer"
+    if verdict != "ok":
+        raise StorageFault(f"{path}: damaged database ({verdict[:200]}): {DAMAGED_ADVICE}", "damaged")
 
 
 def _engine(url: str) -> Any:

@@ -206,8 +206,10 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     """
     import optuna
 
+    from collapse_hpo.hpo import storage_errors
     from collapse_hpo.trainers.train import train
 
+    storage_errors.watch()
     sweep = SweepConfig.model_validate(config["sweep"])
     storage = open_storage(config["storage"], sweep)
     study = optuna.load_study(study_name=config["study"], storage=storage,

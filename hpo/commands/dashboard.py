@@ -90,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
         url = args.storage
         if url.startswith("sqlite") and not _sqlite_file_exists(url):
             raise InputError(f"--storage {url}: no such SQLite file; give the study.db of a sweep")
+        from collapse_hpo.hpo.storage_errors import StorageFault
+
         try:
             summaries = optuna.get_all_study_summaries(storage=url)
+        except StorageFault:
+            raise
         except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise InputError(f"--storage {mask_url(url)}: cannot open it ({first}); check the URL") from None

@@ -46,7 +46,9 @@ ignored (and said so in the reason). The function never raises on a curve; every
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -147,6 +149,13 @@ class Competitor:
         default=None, init=False, repr=False, compare=False, hash=False
     )
     _log_loss: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # The paired comparison's predictions of this competitor from its points up to a fraction, by
+    # (surrogate id, fraction, min_fraction) -> (surrogate, value): its points never change, so one
+    # prediction serves every trial judged against it at that fraction (``_paired``).
+    _predicted: dict[tuple[int, float, float], tuple[Any, float | None]] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
+    _sorted: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @classmethod
     def from_reports(
@@ -190,6 +199,25 @@ class Competitor:
             object.__setattr__(self, "_log_loss", out)
         assert self._log_loss is not None
         return self._log_loss
+
+    def last_at(self, fraction: float) -> float | None:
+        """The largest t̂ of the competitor's points at or before ``fraction`` (within 1e-9), or None."""
+        if self._sorted is None:
+            t = self.t_hat
+            object.__setattr__(self, "_sorted", all(a <= b for a, b in itertools.pairwise(t)))
+        if self._sorted:
+            j = bisect.bisect_right(self.t_hat, fraction + 1e-9)
+            return float(self.t_hat[j - 1]) if j else None
+        t = self.arrays()[0]
+        earlier = t[t <= fraction + 1e-9]
+        return float(earlier.max()) if earlier.size else None
+
+    def memo(self) -> dict[tuple[int, float, float], tuple[Any, float | None]]:
+        """The competitor's own memo of paired predictions (made on first use)."""
+        if self._predicted is None:
+            object.__setattr__(self, "_predicted", {})
+        assert self._predicted is not None
+        return self._predicted
 
 
 @dataclass(frozen=True)
@@ -512,9 +540,12 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
     ``CONTROL_TOLERANCE`` (relative), schedules as in ``same_schedule``. None (τ: no weight decay; TPP: not
     defined) equals None only: a run without a TPP and a run with one are different controls.
     """
-    if other.schedule is None or not same_schedule(schedule, other.schedule):
+    if other.schedule is None:
         return False
-    return _same_value(tau, other.tau) and _same_value(tpp, other.tpp)
+    # The cheap checks first (in a random search τ differs in nearly every pair): the same answer.
+    if not (_same_value(tau, other.tau) and _same_value(tpp, other.tpp)):
+        return False
+    return same_schedule(schedule, other.schedule)
 
 
 def loss_log_ratio(
@@ -580,12 +611,23 @@ def _paired(
         low = value
         what = "current loss"
     own: dict[float, float | None] = {fraction: value}  # this trial's prediction at each fraction used
+    bands: dict[float, Any] = {}  # the surrogate's paired band at each fraction used
 
     def at(
-        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None
+        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None,
+        memo: dict[tuple[int, float, float], tuple[Any, float | None]] | None = None,
     ) -> float | None:
-        """A prediction from the points at t̂ <= f of one curve (None when it fails); memoized."""
+        """A prediction from the points at t̂ <= f of one curve (None when it fails); memoized (``memo``:
+        a competitor's own, whose curve and controls these are)."""
         assert surrogate is not None
+        if memo is not None:
+            mkey = (id(surrogate), f, settings.min_fraction)
+            mine = memo.get(mkey)
+            if mine is not None and mine[0] is surrogate:
+                return mine[1]
+            value = at(f, tt, yy, sched, ta, tp)
+            memo[mkey] = (surrogate, value)
+            return value
         keep = tt <= f + 1e-12
         tk, yk = np.ascontiguousarray(tt[keep]), np.ascontiguousarray(yy[keep])
         key = (id(surrogate), id(sched), ta, tp, settings.min_fraction, tk.tobytes(), yk.tobytes())
@@ -610,9 +652,9 @@ def _paired(
         how = "unpaired"
         if isinstance(c, Competitor) and len(c.t_hat) and c.schedule is not None:
             ct, cy = c.arrays()
-            earlier = ct[ct <= fraction + 1e-9]
-            if earlier.size and earlier.max() >= settings.min_fraction:
-                f = float(earlier.max())
+            last = c.last_at(fraction)
+            if last is not None and last >= settings.min_fraction:
+                f = last
                 log_ratio: float | None = None
                 margin = settings.margin
                 if same_controls(schedule, tau, tpp, c):
@@ -622,11 +664,11 @@ def _paired(
                                                log_cy=c.log_loss())
                     how = f"loss ratio at t_hat={f:.3g}, equal controls, margin {settings.margin:.3g}"
                 elif surrogate is not None and surrogate.pair_bands:
-                    band = surrogate.pair_band(f)
+                    band = bands[f] if f in bands else bands.setdefault(f, surrogate.pair_band(f))
                     if f not in own:
                         own[f] = at(f, t, y, schedule, tau, tpp)
                     mine = own[f]
-                    theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp)
+                    theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
                     if mine is not None and theirs is not None and band is not None:
                         learned = t_quantile(settings.confidence, band.n) * band.scale
                         margin = max(settings.margin, learned * math.sqrt(1 + 1 / band.n))

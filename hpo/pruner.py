@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -223,6 +223,9 @@ class CollapsePruner(BasePruner):
         # fingerprint, the view). Reused while the storage hands out the same, unchanged FrozenTrial.
         self._views: dict[int, tuple[FrozenTrial, tuple[Any, ...], TrialView]] = {}
         self._entries: dict[int, tuple[Any, DecisionEntry | None]] = {}  # read_log's memo of parsed entries
+        # The controls merged from a trial's control attrs, by the identity of those attr values (kept alive
+        # in the entry): a storage hands the same objects back while the attrs are unchanged (``_merged``).
+        self._controls: dict[tuple[int, ...], tuple[tuple[Any, ...], TrialControls]] = {}
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -316,7 +319,7 @@ class CollapsePruner(BasePruner):
             if verdict.prune:
                 self._known.pop(key, None)
             else:
-                self._known[key] = _Known(stored, written, self._defaults)
+                self._known[key] = _Known(stored, written, self._defaults, self._entries, self._merged)
         else:
             self._known.pop(key, None)
         self._warn(study, verdict.warnings)
@@ -371,7 +374,7 @@ class CollapsePruner(BasePruner):
             state, final = "complete", t.value
         log = tuple(read_log(t.user_attrs, self._entries))
         try:
-            controls = self._defaults.merged(t.user_attrs, f"trial {t.number} user attrs")
+            controls = self._merged(t.user_attrs, f"trial {t.number} user attrs")
         except InputError as err:
             return TrialView(t.number, state, steps, steps, values, None, final, log, problem=str(err))
         if controls.total_tokens is None:
@@ -379,6 +382,26 @@ class CollapsePruner(BasePruner):
                        "CollapsePruner(total_tokens=...)")
             return TrialView(t.number, state, steps, steps, values, controls, final, log, problem=problem)
         return TrialView(t.number, state, steps, steps / controls.total_tokens, values, controls, final, log)
+
+    def _merged(self, attrs: Mapping[str, Any], where: str) -> TrialControls:
+        """``self._defaults.merged(attrs, where)``, parsed once per set of control attr objects.
+
+        A judgement reads every trial's controls; parsing them (the schedule dict above all) at every one
+        was a fifth of a replay's time. The result depends on the attr values only, and a storage hands the
+        same value objects back until an attr is written again (a write stores a new object), so the
+        identities of the values, checked against the values kept in the entry, key it exactly. Errors are
+        not memoized (they name ``where``).
+        """
+        values = tuple(attrs.get(k) for k in CONTROL_ATTRS)
+        key = tuple(map(id, values))
+        hit = self._controls.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], values)):
+            return hit[1]
+        controls = self._defaults.merged(attrs, where)
+        if len(self._controls) >= 100_000:
+            self._controls.clear()
+        self._controls[key] = (values, controls)
+        return controls
 
     def _write(self, storage: Any, trial_id: int, stored: FrozenTrial, verdict: Verdict) -> None:
         """Write the verdict to the running trial: a new entry to its log, the five latest attrs."""
@@ -461,11 +484,18 @@ class _Known:
     next judgement the stored trial is read again, so every decision is made on the stored state.
     """
 
-    def __init__(self, stored: FrozenTrial, written: Mapping[str, Any], defaults: TrialControls) -> None:
+    def __init__(
+        self, stored: FrozenTrial, written: Mapping[str, Any], defaults: TrialControls,
+        entries: dict[int, tuple[Any, DecisionEntry | None]] | None = None,
+        merge: Callable[[Mapping[str, Any], str], TrialControls] | None = None,
+    ) -> None:
+        """``entries``, ``merge``: the pruner's memo of parsed log entries and its memoized controls parser
+        (``CollapsePruner._merged``); without them the log and controls are parsed afresh."""
         attrs = {**stored.user_attrs, **written}
         self.number = stored.number
         self.stored = SimpleNamespace(user_attrs=attrs, number=stored.number)
-        self.log = read_log(attrs)
+        self._merge = merge
+        self.log = read_log(attrs, entries)
         self._skip = attrs.get(SAMPLER_STEP_ATTR)
         self._controls_from(attrs, {}, defaults)
         self._reset(stored.intermediate_values)
@@ -479,7 +509,10 @@ class _Known:
         self.controls: TrialControls | None = None
         self.problem: str | None = None
         try:
-            self.controls = defaults.merged({**attrs, **given}, f"trial {self.number} user attrs")
+            both = {**attrs, **given}
+            where = f"trial {self.number} user attrs"
+            merge = self._merge if self._merge is not None else defaults.merged
+            self.controls = merge(both, where)
         except InputError as err:
             self.problem = str(err)
         if self.controls is not None and self.controls.total_tokens is None:

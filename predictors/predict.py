@@ -141,6 +141,9 @@ def align_divisor(loss: np.ndarray, shape: np.ndarray, method: str = "sq", weigh
 
 def t_quantile(confidence: float, n: int) -> float:
     """The two-sided Student-t quantile t_{(1+confidence)/2, n−1} (n−1 at least 1) of the intervals."""
+    v = _T_CACHE.get((confidence, n))  # the exact arguments first: no rounding on the hot path
+    if v is not None:
+        return v
     key = (round(confidence, 6), n)
     v = _T_CACHE.get(key)
     if v is None:
@@ -148,6 +151,7 @@ def t_quantile(confidence: float, n: int) -> float:
 
         v = float(stats.t.ppf(0.5 + 0.5 * confidence, df=max(n - 1, 1)))
         _T_CACHE[key] = v
+    _T_CACHE[(confidence, n)] = v
     return v
 
 

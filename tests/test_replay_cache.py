@@ -62,6 +62,26 @@ def disable_caches(m: pytest.MonkeyPatch) -> None:
     m.setattr(judge.Judge, "competitors", competitors)
     m.setattr(decision, "same_schedule", decision.same_schedule.__wrapped__)
     m.setattr(decision, "_on_grid", decision._on_grid.__wrapped__)
+    # Issue 20 (replay speed): controls parsed at every read, competitors' paired predictions through the
+    # shared bytes-keyed cache only, the last point before a fraction by a mask, controls compared schedule
+    # first (the order of the checks before).
+    m.setattr(pruner.CollapsePruner, "_merged",
+              lambda self, attrs, where: self._defaults.merged(attrs, where))
+    m.setattr(decision.Competitor, "memo", lambda self: None)
+
+    def last_at(self, fraction):
+        t = self.arrays()[0]
+        earlier = t[t <= fraction + 1e-9]
+        return float(earlier.max()) if earlier.size else None
+
+    m.setattr(decision.Competitor, "last_at", last_at)
+
+    def same_controls(schedule, tau, tpp, other):
+        if other.schedule is None or not decision.same_schedule(schedule, other.schedule):
+            return False
+        return decision._same_value(tau, other.tau) and decision._same_value(tpp, other.tpp)
+
+    m.setattr(decision, "same_controls", same_controls)
 
 
 def decisions(details: dict, name: str) -> list[tuple[list[int], list[bool]]]:

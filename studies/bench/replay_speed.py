@@ -20,11 +20,19 @@ a temporary folder of links) on the first ``--before-orders`` of the same orders
 that both make the same decisions in those orders; its time for ``--orders`` orders is then extrapolated
 (per-order time × orders, marked ≈). Writes ``replay_speed.md`` to ``--out`` and prints it.
 
+``--sweep lora`` replays the real fine-tuning sweep instead (issue 20 item 5: ``collapse`` and
+``collapse-online`` on 200 trials × 50 reports in ≤ 5 s per order on one core): all 197 runs of
+../shared/extdata/surestop_lora (studies/bench/surestop_lora.py), ``collapse`` with a surrogate calibrated on
+the earlier nights' runs (calibration not timed); it prints seconds per order (wall and CPU) and writes
+``replay_speed_lora.md``. Run it with ``--jobs 1`` for the one-core figure.
+
 Usage::
 
     .venv/bin/python studies/bench/replay_speed.py --compare /work/main          # before and after (table)
     .venv/bin/python studies/bench/replay_speed.py                              # after only
     .venv/bin/python studies/bench/replay_speed.py --trials 100 --orders 2 --pruner collapse-online
+    .venv/bin/python studies/bench/replay_speed.py --sweep lora --jobs 1 --orders 4 \
+        --pruner collapse --pruner collapse-online [--compare OTHER_CHECKOUT --before-orders 1]
 """
 
 from __future__ import annotations
@@ -91,8 +99,16 @@ def time_pruners(args: argparse.Namespace, orders: int, jobs: int) -> dict[str, 
     from collapse_hpo.hpo.replay import format_row, make_sweep, replay
     from collapse_hpo.predictors.calibrate import calibrate
 
-    sweep = make_sweep(finetune_curves(args.trials, args.evals, seed=0), name="finetune")
-    surrogate = calibrate(finetune_curves(24, args.evals, seed=1, prefix="ref")).surrogate
+    if args.sweep == "lora":
+        sys.path.insert(0, str(HERE))
+        from surestop_lora import read_surestop_lora, split_nights
+
+        runs = read_surestop_lora()
+        sweep = make_sweep(runs, name="surestop_lora")
+        surrogate = calibrate(split_nights(runs)[0]).surrogate
+    else:
+        sweep = make_sweep(finetune_curves(args.trials, args.evals, seed=0), name="finetune")
+        surrogate = calibrate(finetune_curves(24, args.evals, seed=1, prefix="ref")).surrogate
     names = [n for n in (args.pruner or peers.available_names()) if n not in args.skip]
     for name in list(peers.unavailable(names)):
         print(f"{name} skipped: its library is not installed", file=sys.stderr)
@@ -130,7 +146,8 @@ def run_other(code: Path, args: argparse.Namespace, orders: int) -> dict[str, di
     with tempfile.TemporaryDirectory() as tmp:
         _shim(code.resolve(), Path(tmp))
         result = Path(tmp) / "result.json"
-        cmd = [sys.executable, __file__, "--trials", str(args.trials), "--evals", str(args.evals),
+        cmd = [sys.executable, __file__, "--sweep", args.sweep, "--trials", str(args.trials),
+               "--evals", str(args.evals),
                "--orders", str(orders), "--workers", str(args.workers), "--jobs", "1",
                "--worker-out", str(result)]
         for p in args.pruner or []:
@@ -140,6 +157,37 @@ def run_other(code: Path, args: argparse.Namespace, orders: int) -> dict[str, di
         env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.environ.get("PYTHONPATH", ""))
         subprocess.run(cmd, check=True, env=env)
         return json.loads(result.read_text())
+
+
+#: Issue 20 item 5: replaying collapse or collapse-online on 200 trials × 50 reports, seconds per order.
+TARGET_PER_ORDER_S = 5.0
+
+
+def per_order_table(after: dict[str, dict], before: dict[str, dict] | None, workers: int) -> str:
+    """Seconds per order of each pruner on the real fine-tuning sweep (``--sweep lora``)."""
+    lines = [f"Replay of surestop_lora (197 real LoRA runs × 50 evaluations), {workers} concurrent workers; "
+             "seconds per order (the first order of a pruner fills the caches that later orders share).", ""]
+    head = "| pruner | orders | jobs | wall / order | CPU / order |"
+    rule = "|---|---:|---:|---:|---:|"
+    if before:
+        head += " before: wall / order | same decisions |"
+        rule += "---:|---|"
+    lines += [head, rule]
+    for name, a in after.items():
+        row = (f"| {name} | {a['orders']} | {a['jobs']} | {a['wall'] / a['orders']:.1f} | "
+               f"{a['cpu'] / a['orders']:.1f} |")
+        if before and name in before:
+            b, k = before[name], before[name]["orders"]
+            same = "yes" if a["stopped_at"][:k] == b["stopped_at"][:k] else "NO"
+            row += f" {b['wall'] / k:.1f} | {same} (first {k} orders) |"
+        lines.append(row)
+    for name in ("collapse", "collapse-online"):
+        if name in after:
+            a = after[name]
+            per = a["cpu"] / a["orders"]
+            lines.append(f"\n{name}: {per:.1f} CPU s per order; target ≤ {TARGET_PER_ORDER_S:g} s per order "
+                         f"on one core: {'met' if per <= TARGET_PER_ORDER_S else 'missed'}.")
+    return "\n".join(lines)
 
 
 def table(after: dict[str, dict], before: dict[str, dict] | None, args: argparse.Namespace) -> str:
@@ -194,6 +242,8 @@ def table(after: dict[str, dict], before: dict[str, dict] | None, args: argparse
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sweep", choices=("finetune", "lora"), default="finetune",
+                    help="finetune: the synthetic sweep (--trials); lora: the 197 real surestop_lora runs")
     ap.add_argument("--trials", type=int, default=400)
     ap.add_argument("--evals", type=int, default=50)
     ap.add_argument("--orders", type=int, default=20)
@@ -215,13 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         before = run_other(Path(args.compare), args, min(args.before_orders, args.orders))
     print(f"after: this checkout, {args.orders} orders, {args.jobs} job(s)", file=sys.stderr)
     after = time_pruners(args, args.orders, args.jobs)
-    text = table(after, before, args)
+    lora = args.sweep == "lora"
+    text = per_order_table(after, before, args.workers) if lora else table(after, before, args)
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from collapse_hpo.predictors.atomic import atomic_write
 
-    with atomic_write(out / "replay_speed.md", "w") as fh:
+    name = "replay_speed_lora.md" if args.sweep == "lora" else "replay_speed.md"
+    with atomic_write(out / name, "w") as fh:
         fh.write(text + "\n")
     return 0
 

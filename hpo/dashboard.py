@@ -35,6 +35,7 @@ from collapse_hpo.hpo.record import (
     USED_REFERENCE_ATTR,
     TrialControls,
     read_log,
+    stored_total,
     trial_curve,
 )
 from collapse_hpo.hpo.reference import make_reference
@@ -282,7 +283,8 @@ def study_note(study: optuna.Study, label: str) -> str:
         lines.append(f"Best: trial {best.number}, final loss {best.value:.4f}.")
     used = total = 0.0
     for t in trials:
-        tt, tok = t.user_attrs.get("total_tokens"), t.user_attrs.get("tokens_trained")
+        tt, units = stored_total(t.user_attrs)  # the training length in the trial's units
+        tok = t.user_attrs.get("tokens_trained") if units == "tokens" else None
         if not _finite(tt) or t.state not in (TS.COMPLETE, TS.PRUNED):
             continue
         if not _finite(tok):
@@ -290,8 +292,8 @@ def study_note(study: optuna.Study, label: str) -> str:
             tok = max(steps) if steps else 0
         used, total = used + min(float(tok), float(tt)), total + float(tt)
     if total > 0:
-        lines.append(f"Compute: {100.0 * used / total:.0f}% of the tokens of training every finished trial "
-                     "to the end.")
+        lines.append(f"Compute: {100.0 * used / total:.0f}% of the training of every finished trial to the "
+                     "end.")
     lines += ["", f"Reference curve: {label}.", "The figure *Collapsed curves* on this study's page shows "
               "every normalized curve with the reference; each trial's note has its prediction."]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ Example:
     >>> from collapse_hpo.hpo.record import TrialControls
     >>> judge = Judge(PruneSettings(min_fraction=0.2))
     >>> view = TrialView(number=0, state="running", steps=(100, 200), t_hat=(0.1, 0.2),
-    ...                  loss=(4.0, float("nan")), controls=TrialControls(total_tokens=1000))
+    ...                  loss=(4.0, float("nan")), controls=TrialControls(total=1000))
     >>> verdict = judge.judge(view, others=list, reference=lambda: (None, "none"))
     >>> verdict.entry.prune, verdict.entry.reason.startswith("loss is nan")
     (True, True)
@@ -452,7 +452,7 @@ class Judge:
             if math.isfinite(t) and t > T_HAT_END:
                 found.append(JudgeWarning(PAST_END_WARNING, (
                     f"trial {trial.number} reported t_hat={t:.4g} > 1: its progress key runs past its total "
-                    "(check time_attr and total_tokens: t_hat = progress / total_tokens); reports past "
+                    "(check units and total: t_hat = progress / total, both in units); reports past "
                     "t_hat=1 are ignored, so pruning is effectively off"
                 ), trial.number))
         return tuple(found)

@@ -33,6 +33,7 @@ from collapse_hpo.hpo.judge import (
 )
 from collapse_hpo.hpo.record import (
     CONTROL_ATTRS,
+    CONTROL_READ_ATTRS,
     DECISIONS_ATTR,
     PRUNE_REASON_ATTR,
     SAMPLER_STEP_ATTR,
@@ -68,11 +69,13 @@ class CollapsePruner(BasePruner):
     competitors are confidently going to end better. A NaN, inf or non-positive loss prunes at once. The
     study must minimize the loss.
 
-    Step convention: the objective reports ``trial.report(loss, step=tokens_seen)`` (tokens, not
-    optimizer steps); t̂ = tokens_seen / total_tokens. The run's controls come from the trial's user
-    attrs ``total_tokens``, ``schedule`` (dict or kind name), ``tau`` and ``tpp`` (write them with
-    ``set_trial_controls``), else from this pruner's defaults (a plain objective where every trial
-    shares them).
+    Step convention: the objective reports ``trial.report(loss, step=progress)`` with progress in
+    ``units``: tokens seen ("tokens", the default), optimizer steps ("steps", e.g. Hugging Face's
+    ``global_step``) or round(t̂ · ``FRACTION_STEPS``) ("fraction"); t̂ = step / ``total``, the training
+    length in the same units (tokens of training, or ``max_steps``). The run's controls come from the trial's
+    user attrs ``units``, ``total``, ``schedule`` (dict or kind name), ``tau`` and ``tpp`` (write them with
+    ``set_trial_controls``; an older trial's ``total_tokens`` counts as a total in tokens), else from this
+    pruner's defaults (a plain objective where every trial shares them).
 
     State: everything lives in the study's storage, never only in this object (Optuna does not persist
     pruners), so several workers and a restarted driver see the same state. Each trial gets the user
@@ -164,9 +167,12 @@ class CollapsePruner(BasePruner):
         comparison: "paired" (default) or "interval" (see above and hpo/decision.py).
         margin: log-ratio by which a competitor must lead at a common fraction to beat a trial (0.04 = 4%;
             see ``PruneSettings.margin``), in [0, 1).
-        total_tokens: default training tokens per trial (positive), for trials without that attr.
+        total: default training length per trial in ``units`` (positive), for trials without that attr.
+        units: what a reported step counts: "tokens" (default), "steps" or "fraction" (see above).
+        total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
         schedule: default LR schedule (a ``Schedule``, kind name or dict; None = linear decay to zero).
-        tau: default AdamW timescale (positive; None = no weight decay).
+        tau: default AdamW timescale (positive; None = no weight decay). A run counted in optimizer steps
+            has τ = 1/(η·λ·steps) (``predictors.timescale.step_tau``).
         tpp: default tokens per parameter (positive; None = not defined, e.g. fine-tuning: a surrogate with a
             TPP law cannot judge such trials, and says so; an online reference holds q(TPP) constant).
         report_prediction: on pruning, report the predicted final loss as the final-step intermediate value,
@@ -190,6 +196,8 @@ class CollapsePruner(BasePruner):
         keep_top_k: int = 1,
         comparison: str = "paired",
         margin: float = DEFAULT_MARGIN,
+        total: float | None = None,
+        units: str = "tokens",
         total_tokens: float | None = None,
         schedule: Schedule | str | Mapping[str, Any] | None = None,
         tau: float | None = None,
@@ -206,7 +214,8 @@ class CollapsePruner(BasePruner):
         except InputError as err:
             raise InputError(f"CollapsePruner: {err}") from None
         self._defaults = TrialControls.check(
-            total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp, where="CollapsePruner"
+            total=total, units=units, total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp,
+            where="CollapsePruner",
         )
         if not isinstance(report_prediction, bool):
             raise InputError(
@@ -230,7 +239,7 @@ class CollapsePruner(BasePruner):
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
         "reference", "min_fraction", "confidence", "keep_top_k", "comparison", "margin",
-        "total_tokens", "schedule", "tau", "tpp", "report_prediction", "judge_every",
+        "total", "units", "total_tokens", "schedule", "tau", "tpp", "report_prediction", "judge_every",
     )
 
     @classmethod
@@ -377,11 +386,10 @@ class CollapsePruner(BasePruner):
             controls = self._merged(t.user_attrs, f"trial {t.number} user attrs")
         except InputError as err:
             return TrialView(t.number, state, steps, steps, values, None, final, log, problem=str(err))
-        if controls.total_tokens is None:
-            problem = ("total_tokens unknown: call set_trial_controls(trial, total_tokens=...) or give "
-                       "CollapsePruner(total_tokens=...)")
-            return TrialView(t.number, state, steps, steps, values, controls, final, log, problem=problem)
-        return TrialView(t.number, state, steps, steps / controls.total_tokens, values, controls, final, log)
+        if controls.total is None:
+            return TrialView(t.number, state, steps, steps, values, controls, final, log,
+                             problem=_no_total(controls))
+        return TrialView(t.number, state, steps, steps / controls.total, values, controls, final, log)
 
     def _merged(self, attrs: Mapping[str, Any], where: str) -> TrialControls:
         """``self._defaults.merged(attrs, where)``, parsed once per set of control attr objects.
@@ -420,7 +428,7 @@ class CollapsePruner(BasePruner):
     def _write_controls(self, storage: Any, trial_id: int, stored: FrozenTrial) -> None:
         """Record the controls the trial was judged with (this pruner's defaults where the trial set none),
         so that readers without the pruner (the dashboard, ``report``) see them."""
-        if all(k in stored.user_attrs for k in CONTROL_ATTRS) or self._defaults.total_tokens is None:
+        if all(k in stored.user_attrs for k in CONTROL_ATTRS) or self._defaults.total is None:
             return
         try:
             controls = self._defaults.merged(stored.user_attrs, f"trial {stored.number} user attrs")
@@ -450,7 +458,7 @@ class CollapsePruner(BasePruner):
         self, storage: Any, trial_id: int, stored: FrozenTrial, entry: DecisionEntry
     ) -> None:
         controls = self._defaults.merged(stored.user_attrs, f"trial {stored.number} user attrs")
-        point = sampler_value(entry, controls.total_tokens)
+        point = sampler_value(entry, controls.total)
         if point is None or point[0] in stored.intermediate_values:
             return
         storage.set_trial_user_attr(trial_id, SAMPLER_STEP_ATTR, point[0])
@@ -505,7 +513,7 @@ class _Known:
     ) -> None:
         """The controls as ``CollapsePruner._view`` reads them (``given``: control attrs of the trial handed
         in, over the known ``attrs``)."""
-        self._key = tuple(given.get(k, attrs.get(k)) for k in CONTROL_ATTRS)
+        self._key = tuple(given.get(k, attrs.get(k)) for k in CONTROL_READ_ATTRS)
         self.controls: TrialControls | None = None
         self.problem: str | None = None
         try:
@@ -515,10 +523,9 @@ class _Known:
             self.controls = merge(both, where)
         except InputError as err:
             self.problem = str(err)
-        if self.controls is not None and self.controls.total_tokens is None:
-            self.problem = ("total_tokens unknown: call set_trial_controls(trial, total_tokens=...) or give "
-                            "CollapsePruner(total_tokens=...)")
-        self._total = self.controls.total_tokens if self.problem is None and self.controls else None
+        if self.controls is not None and self.controls.total is None:
+            self.problem = _no_total(self.controls)
+        self._total = self.controls.total if self.problem is None and self.controls else None
 
     def _reset(self, values: Mapping[int, float]) -> None:
         self.seen: set[int] = set()
@@ -551,9 +558,9 @@ class _Known:
     def view(self, trial: FrozenTrial, defaults: TrialControls) -> TrialView:
         """The judge's view with the reports ``trial`` holds (O(reports added since the last call))."""
         attrs = self.stored.user_attrs
-        given = {k: trial.user_attrs[k] for k in CONTROL_ATTRS if k in trial.user_attrs}
+        given = {k: trial.user_attrs[k] for k in CONTROL_READ_ATTRS if k in trial.user_attrs}
         values = trial.intermediate_values
-        if tuple(given.get(k, attrs.get(k)) for k in CONTROL_ATTRS) != self._key:
+        if tuple(given.get(k, attrs.get(k)) for k in CONTROL_READ_ATTRS) != self._key:
             self._controls_from(attrs, given, defaults)
             self._reset(values)
         else:
@@ -610,3 +617,10 @@ def record_warning(study: optuna.study.Study, warning: JudgeWarning) -> bool:
         return False
     study.set_user_attr(WARNINGS_ATTR, updated)
     return True
+
+
+def _no_total(controls: TrialControls) -> str:
+    """Why a trial without a training length cannot be judged, and what to give."""
+    return (f"total unknown (the training length in {controls.units}): call set_trial_controls(trial, "
+            f"total=..., units={controls.units!r}) or give CollapsePruner(total=..., "
+            f"units={controls.units!r})")

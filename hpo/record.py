@@ -3,8 +3,12 @@
 Everything the pruner, the Ray scheduler's Optuna mirror, the dashboard and ``report`` persist on a trial is
 named here, once:
 
-- the run's controls (``CONTROL_ATTRS``: ``total_tokens`` in tokens, ``schedule`` as ``Schedule.to_dict()``,
-  ``tau`` and ``tpp``) as a ``TrialControls``. "No weight decay" has one encoding at every boundary: ``tau``
+- the run's controls (``CONTROL_ATTRS``: ``units``, what a reported step counts (``UNITS``: tokens seen,
+  optimizer steps, or the fraction of training in millionths), ``total``, the training length in those units
+  (t̂ = step / total), ``schedule`` as ``Schedule.to_dict()``, ``tau`` and ``tpp``) as a ``TrialControls``.
+  Trials written before ``units`` existed hold ``total_tokens`` instead, read as ``units`` "tokens"; the
+  sweep's own trials also keep ``total_tokens`` (the trainer's D, in tokens) beside the controls.
+  "No weight decay" has one encoding at every boundary: ``tau``
   None (``None`` in Python, ``null`` in JSON and YAML); ``predictors.timescale.no_decay_tau`` turns the
   legacy encodings (``inf``, ``"inf"``) into None where old records are read. "TPP not defined" (e.g. a
   fine-tuning run) likewise has one: ``tpp`` None (``null``; empty in a curve CSV);
@@ -16,7 +20,7 @@ named here, once:
 
 Readers of a stored Optuna trial (``trial_points``, ``trial_curve``) live here too; they need only a
 ``FrozenTrial``-like object (``number``, ``user_attrs``, ``intermediate_values``), so this module imports
-no Optuna. Steps are tokens seen; t̂ = step / total_tokens.
+no Optuna. A step counts ``units``; t̂ = step / total.
 """
 
 from __future__ import annotations
@@ -39,8 +43,18 @@ if TYPE_CHECKING:
     from collapse_hpo.hpo.decision import Decision
 
 # ---------------------------------------------------------------------------------------------- attr names
+#: What a reported step counts: tokens seen, optimizer steps, or the fraction of training t̂ (which Optuna,
+#: whose steps are integers, stores as round(t̂ · FRACTION_STEPS)).
+UNITS = ("tokens", "steps", "fraction")
+#: The ``total`` of a run counted in ``units`` "fraction": a step is t̂ in millionths of training.
+FRACTION_STEPS = 1_000_000
 #: Trial user attrs that carry a run's controls.
-CONTROL_ATTRS = ("total_tokens", "schedule", "tau", "tpp")
+CONTROL_ATTRS = ("units", "total", "schedule", "tau", "tpp")
+#: The attr older records (and the sweep trainer's config) hold the training tokens D in: read as ``total``
+#: with ``units`` "tokens" where a trial has no ``total``.
+TOTAL_TOKENS_ATTR = "total_tokens"
+#: Every attr ``TrialControls.merged`` reads.
+CONTROL_READ_ATTRS = (*CONTROL_ATTRS, TOTAL_TOKENS_ATTR)
 #: The log of every judgement (a list of DecisionEntry dicts, oldest first).
 DECISIONS_ATTR = "collapse_decisions"
 #: The attrs that repeat the latest judgement (the dashboard shows them; ``report`` tabulates them).
@@ -78,45 +92,76 @@ class TrialControls:
     """The controls of one run that the surrogate needs (trusted: build it with ``check``).
 
     Attributes:
-        total_tokens: training tokens D of the run (t̂ = step / total_tokens); None when unknown.
+        total: the run's training length in ``units`` (t̂ = step / total); None when unknown. With ``units``
+            "fraction" it is ``FRACTION_STEPS``.
+        units: what a reported step counts, one of ``UNITS``: "tokens" (tokens seen), "steps" (optimizer
+            steps) or "fraction" (t̂ · FRACTION_STEPS).
         schedule: LR schedule shape (peak 1).
         tau: AdamW timescale B/(ηλD); None = no weight decay.
-        tpp: tokens per parameter D/N; None when not defined (e.g. fine-tuning; a surrogate with a TPP law
-            cannot predict such a run).
+        tpp: tokens per parameter D/N; None when not defined (e.g. fine-tuning, or a model that is no LLM;
+            a surrogate with a TPP law cannot predict such a run).
     """
 
-    total_tokens: float | None = None
+    total: float | None = None
+    units: str = "tokens"
     schedule: Schedule = field(default_factory=Schedule)
     tau: float | None = None
     tpp: float | None = None
 
     @staticmethod
     def check(
-        *, total_tokens: Any = None, schedule: Any = None, tau: Any = None, tpp: Any = None, where: str
+        *, total: Any = None, units: Any = None, total_tokens: Any = None, schedule: Any = None,
+        tau: Any = None, tpp: Any = None, where: str
     ) -> TrialControls:
         """Validated controls; raises InputError naming ``where`` and the field on a bad value.
 
-        ``schedule`` may be a Schedule, a kind name or a dict; ``tau`` None (or a legacy ``inf``) means no
-        weight decay.
+        ``total`` is the training length in ``units`` (default "tokens"); ``total_tokens`` is the same with
+        ``units`` "tokens" (give one of the two). ``units`` "fraction" needs no total (it is
+        ``FRACTION_STEPS``). ``schedule`` may be a Schedule, a kind name or a dict; ``tau`` None (or a legacy
+        ``inf``) means no weight decay.
         """
-        tt = _positive(total_tokens, "total_tokens", where)
+        u = check_units(units, where)
+        if total_tokens is not None:
+            if total is not None:
+                raise InputError(f"{where}: give 'total' (in units) or 'total_tokens' (tokens), not both")
+            if u != "tokens":
+                raise InputError(f"{where}: 'total_tokens' counts tokens but units is {u!r}: give "
+                                 f"total=<training length in {u}>")
+            total = total_tokens
+        name = "total_tokens" if total_tokens is not None else "total"
+        tt = _positive(total, name, where)
+        if u == "fraction":
+            if tt is not None and tt != FRACTION_STEPS:
+                raise InputError(f"{where}: with units 'fraction' a step is t_hat * {FRACTION_STEPS}, so "
+                                 f"'total' is {FRACTION_STEPS} or not given, got {total!r}")
+            tt = float(FRACTION_STEPS)
         try:
             sched = Schedule.parse(dict(schedule) if isinstance(schedule, Mapping) else schedule)
         except InputError as err:
             raise InputError(f"{where}: field 'schedule': {str(err).removeprefix('schedule: ')}") from None
         t = _positive(no_decay_tau(tau), "tau", where)
         tp = _positive(tpp, "tpp", where)
-        return TrialControls(total_tokens=tt, schedule=sched, tau=t, tpp=tp)
+        return TrialControls(total=tt, units=u, schedule=sched, tau=t, tpp=tp)
 
     def merged(self, user_attrs: Mapping[str, Any], where: str) -> TrialControls:
         """These controls overridden by the ones present in a trial's ``user_attrs``.
 
-        Raises InputError naming ``where`` and the attr when a present attr is malformed.
+        A trial with ``units`` or ``total`` gives its length with them; one with only ``total_tokens`` (older
+        records, the sweep's trials) gives it in tokens. Raises InputError naming ``where`` and the attr when
+        a present attr is malformed.
         """
-        if not any(k in user_attrs for k in CONTROL_ATTRS):
+        if not any(k in user_attrs for k in CONTROL_READ_ATTRS):
             return self
+        if "units" in user_attrs or "total" in user_attrs:
+            units = user_attrs.get("units", self.units)
+            total = user_attrs.get("total", self.total if units == self.units else None)
+            legacy = None
+        elif TOTAL_TOKENS_ATTR in user_attrs:
+            units, total, legacy = "tokens", None, user_attrs[TOTAL_TOKENS_ATTR]
+        else:
+            units, total, legacy = self.units, self.total, None
         return TrialControls.check(
-            total_tokens=user_attrs.get("total_tokens", self.total_tokens),
+            total=total, units=units, total_tokens=legacy,
             schedule=user_attrs.get("schedule", self.schedule),
             tau=user_attrs.get("tau", self.tau),
             tpp=user_attrs.get("tpp", self.tpp),
@@ -125,8 +170,35 @@ class TrialControls:
 
     def attrs(self) -> dict[str, Any]:
         """The controls as trial user attrs (JSON values; ``tau`` None = no weight decay)."""
-        return {"total_tokens": self.total_tokens, "schedule": self.schedule.to_dict(), "tau": self.tau,
-                "tpp": self.tpp}
+        return {"units": self.units, "total": self.total, "schedule": self.schedule.to_dict(),
+                "tau": self.tau, "tpp": self.tpp}
+
+    def describe_total(self) -> str:
+        """The training length in words, e.g. "1,000 steps", "2e+09 tokens" or "t_hat (fraction)"."""
+        if self.units == "fraction":
+            return "t_hat (fraction of training)"
+        if self.total is None:
+            return f"unknown {self.units}"
+        return f"{self.total:,.0f} {self.units}" if self.total < 1e7 else f"{self.total:.3g} {self.units}"
+
+
+def check_units(units: Any, where: str) -> str:
+    """``units`` validated (None = "tokens"); raises InputError naming ``where`` and the choices."""
+    if units is None:
+        return "tokens"
+    if not isinstance(units, str) or units not in UNITS:
+        raise InputError(f"{where}: field 'units' must be one of {', '.join(UNITS)}, got {units!r}")
+    return units
+
+
+def stored_total(user_attrs: Mapping[str, Any]) -> tuple[float | None, str]:
+    """A stored trial's (training length, units): ``total`` in ``units``, else an older record's
+    ``total_tokens`` in tokens; (None, units) when it has none or a malformed one (t̂ = step / total)."""
+    try:
+        c = TrialControls().merged(user_attrs, "trial")
+    except InputError:
+        return None, str(user_attrs.get("units") or "tokens")
+    return c.total, c.units
 
 
 def _positive(value: Any, name: str, where: str) -> float | None:
@@ -143,7 +215,9 @@ def _positive(value: Any, name: str, where: str) -> float | None:
 def set_trial_controls(
     trial: Any,
     *,
-    total_tokens: float,
+    total: float | None = None,
+    units: str = "tokens",
+    total_tokens: float | None = None,
     schedule: Schedule | str | Mapping[str, Any] | None = None,
     tau: float | None = None,
     tpp: float | None = None,
@@ -152,18 +226,26 @@ def set_trial_controls(
 
     Args:
         trial: the running Optuna trial (anything with ``number`` and ``set_user_attr``).
-        total_tokens: training tokens of the run (t̂ = step / total_tokens; report steps in tokens).
+        total: the run's training length in ``units`` (t̂ = step / total): tokens of training, or the
+            optimizer steps (e.g. Hugging Face ``max_steps``); not needed with ``units="fraction"``.
+        units: what the steps given to ``trial.report`` count: "tokens", "steps" or "fraction" (then
+            step = round(t̂ · ``FRACTION_STEPS``), Optuna's steps being integers).
+        total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
         schedule: LR schedule shape (Schedule, kind name or dict; None = linear decay to zero).
-        tau: AdamW timescale B/(ηλD); None = no weight decay.
-        tpp: tokens per parameter D/N; None = not defined (e.g. fine-tuning).
+        tau: AdamW timescale B/(ηλD) (counted in steps: 1/(η·λ·steps), ``predictors.timescale.step_tau``);
+            None = no weight decay.
+        tpp: tokens per parameter D/N; None = not defined (fine-tuning, or a model that is no LLM).
 
     Raises:
         InputError: on a bad value (nothing is written then).
     """
     controls = TrialControls.check(
-        total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp,
+        total=total, units=units, total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp,
         where=f"trial {trial.number} controls",
     )
+    if controls.total is None:
+        raise InputError(f"trial {trial.number} controls: give total (the training length in {units}) "
+                         "or total_tokens")
     for key, value in controls.attrs().items():
         trial.set_user_attr(key, value)
 
@@ -333,13 +415,13 @@ def latest_prediction(log: list[DecisionEntry]) -> Prediction | None:
     return None
 
 
-def sampler_value(entry: DecisionEntry, total_tokens: float | None) -> tuple[int, float] | None:
+def sampler_value(entry: DecisionEntry, total: float | None) -> tuple[int, float] | None:
     """``report_prediction``: the (step, value) that makes a pruned trial's value its predicted final loss:
-    the prediction at the final step round(total_tokens). None when there is no prediction, no known final
-    step, or the trial was judged at its final step already."""
-    if entry.predicted_final_loss is None or total_tokens is None:
+    the prediction at the final step round(total) (in the trial's units). None when there is no prediction,
+    no known final step, or the trial was judged at its final step already."""
+    if entry.predicted_final_loss is None or total is None:
         return None
-    final_step = round(total_tokens)
+    final_step = round(total)
     if final_step <= entry.step:
         return None
     return final_step, float(entry.predicted_final_loss)
@@ -349,7 +431,8 @@ def sampler_value(entry: DecisionEntry, total_tokens: float | None) -> tuple[int
 def trial_points(trial: Any) -> tuple[np.ndarray, np.ndarray]:
     """A trial's reported (step, loss) pairs sorted by step, without the pruner's sampler point (if any).
 
-    Steps are tokens seen. Values may be NaN or inf (diverged runs): callers decide what that means.
+    Steps count the trial's ``units``. Values may be NaN or inf (diverged runs): callers decide what that
+    means.
     """
     skip = trial.user_attrs.get(SAMPLER_STEP_ATTR)
     items = sorted((int(s), float(v)) for s, v in trial.intermediate_values.items() if s != skip)
@@ -360,17 +443,17 @@ def trial_points(trial: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def trial_curve(trial: Any, defaults: TrialControls) -> Curve | None:
-    """The trial's curve as a predictors ``Curve`` (t̂ = step / total_tokens), or None without total_tokens.
+    """The trial's curve as a predictors ``Curve`` (t̂ = step / total), or None without a total.
 
     Raises InputError when the trial's control attrs are malformed.
     """
     controls = defaults.merged(trial.user_attrs, f"trial {trial.number}")
-    if controls.total_tokens is None:
+    if controls.total is None:
         return None
     steps, values = trial_points(trial)
     return Curve(
         run=f"trial{trial.number}",
-        t_hat=steps / controls.total_tokens,
+        t_hat=steps / controls.total,
         loss=values,
         schedule=controls.schedule,
         tau=controls.tau,

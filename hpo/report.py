@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR
+from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
 from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
@@ -171,7 +171,7 @@ def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) 
 
 
 def trial_curves(study: optuna.Study) -> list[Any]:
-    """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = tokens / total_tokens)."""
+    """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = step / total, in its units)."""
     import numpy as np
 
     from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR
@@ -181,7 +181,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
     curves = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number):
         a = t.user_attrs
-        total = _num(a.get("total_tokens"))
+        total = stored_total(a)[0]  # t̂ = step / total, in the trial's units
         if not t.intermediate_values or total is None:
             continue
         skip = a.get(SAMPLER_STEP_ATTR)

@@ -13,9 +13,11 @@ confidently not win::
     tuner = tune.Tuner(train_fn, param_space=space,
                        tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=16))
 
-t̂ is ``result[time_attr]`` when ``total_tokens`` is None (the trainable reports t̂), else
-``result[time_attr] / total_tokens`` (e.g. ``time_attr="tokens", total_tokens=2e9``; ``total_tokens`` may
-also name a key of the result or of the trial config that holds each trial's token budget).
+t̂ is ``result[time_attr]`` with ``units="fraction"`` (the trainable reports t̂; the default when no total is
+given), else ``result[time_attr] / total`` with progress and ``total`` counted in ``units``: "tokens" (e.g.
+``time_attr="tokens", units="tokens", total=2e9``; ``total_tokens=2e9`` says the same) or "steps" (optimizer
+steps, e.g. ``time_attr="step", units="steps", total=10_000``). ``total`` may also name a key of the result or
+of the trial config that holds each trial's training length.
 
 State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles the scheduler as it was
 before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
@@ -51,10 +53,11 @@ scheduler object (a restored ``Tuner`` gives none); ``load_warnings`` its warnin
 
 Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
 an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
-tokens seen, the pruner's convention; when only t̂ is known, step = round(t̂ · T_HAT_STEPS) and the user attr
-``total_tokens`` is T_HAT_STEPS); PRUNED when this scheduler stops it, with the pruner's user attrs
-(``predicted_final_loss``, ``predicted_low``, ``predicted_high``, ``predicted_misfit``, ``decision_fraction``,
-``prune_reason``, ``collapse_decisions``); COMPLETE with its final loss when it trains to the end; PRUNED with
+the progress in ``units``, the pruner's convention, with the user attrs ``units`` and ``total``; when only t̂
+is known, step = round(t̂ · T_HAT_STEPS), ``units`` "fraction" and ``total`` T_HAT_STEPS); PRUNED when this
+scheduler stops it, with the pruner's user attrs (``predicted_final_loss``, ``predicted_low``,
+``predicted_high``, ``predicted_misfit``, ``decision_fraction``, ``prune_reason``, ``collapse_decisions``);
+COMPLETE with its final loss when it trains to the end; PRUNED with
 a ``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
 values Tune's search drew (``Trial.evaluated_params``) become trial params (``param_distributions`` gives
 their search distributions, else a one-point distribution at the value); constants of the param space do not
@@ -89,6 +92,7 @@ from collapse_hpo.hpo.record import (
     WARNINGS_ATTR,
     DecisionEntry,
     TrialControls,
+    check_units,
     read_log,
     sampler_value,
 )
@@ -141,14 +145,17 @@ class CollapseScheduler(FIFOScheduler):
             Give ``metric``/``mode`` here or to ``TuneConfig``, not both: Ray Tune refuses both with a
             ValueError ("... the scheduler you are using was already instantiated with their own `metric` and
             `mode` parameters").
-        time_attr: result key of the training progress: t̂ itself, or tokens seen when ``total_tokens`` is set.
-        total_tokens: None (``time_attr`` is t̂), a number of tokens D, or the name of a result or config key
-            holding each trial's D.
+        time_attr: result key of the training progress, in ``units``.
+        units: what ``time_attr`` counts: "fraction" (t̂ itself; the default without a total), "tokens" (the
+            default with one) or "steps" (optimizer steps).
+        total: the training length in ``units`` (tokens D, or the optimizer steps), or the name of a result
+            or config key holding each trial's; None with ``units="fraction"``.
+        total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
         schedule, tau, tpp: the trials' controls (LR schedule shape, AdamW timescale B/(ηλD) with None = no
-            weight decay, tokens per parameter with None = not defined, e.g. fine-tuning), used when
-            ``controls`` gives none.
+            weight decay, 1/(η·λ·steps) for a run counted in steps; tokens per parameter with None = not
+            defined, e.g. fine-tuning or a model that is no LLM), used when ``controls`` gives none.
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
-            ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
+            ``total`` (in ``units``), ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
         settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).
         judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
             0 = at every result).
@@ -179,6 +186,8 @@ class CollapseScheduler(FIFOScheduler):
         metric: str | None = None,
         mode: str | None = None,
         time_attr: str = "t_hat",
+        units: str | None = None,
+        total: float | str | None = None,
         total_tokens: float | str | None = None,
         schedule: Schedule | str | Mapping[str, Any] | None = None,
         tau: float | None = None,
@@ -198,15 +207,7 @@ class CollapseScheduler(FIFOScheduler):
             raise InputError(f"CollapseScheduler: mode must be 'min' (the metric is a loss), got {mode!r}")
         if not isinstance(time_attr, str) or not time_attr:
             raise InputError(f"CollapseScheduler: time_attr must be a result key, got {time_attr!r}")
-        if total_tokens is not None and not isinstance(total_tokens, str) and (
-            isinstance(total_tokens, bool)
-            or not isinstance(total_tokens, int | float)
-            or not (math.isfinite(total_tokens) and total_tokens > 0)
-        ):
-            raise InputError(
-                f"CollapseScheduler: total_tokens must be a positive number of tokens or a result/config "
-                f"key, got {total_tokens!r}"
-            )
+        self.units, self.total = _progress_units(units, total, total_tokens)
         if (storage is None) != (study_name is None):
             raise InputError(
                 "CollapseScheduler: give both storage and study_name to mirror into Optuna, or neither"
@@ -224,7 +225,6 @@ class CollapseScheduler(FIFOScheduler):
         self._metric = metric
         self._mode = mode
         self.time_attr = time_attr
-        self.total_tokens = total_tokens
         self.defaults = TrialControls.check(schedule=schedule, tau=tau, tpp=tpp, where="CollapseScheduler")
         self.controls = controls
         try:
@@ -498,19 +498,21 @@ class CollapseScheduler(FIFOScheduler):
     def _new_record(self, trial: Trial) -> TrialRecord:
         config = _json_safe(dict(trial.config or {}))
         c = dict(self.controls(trial.config) if self.controls is not None else {})
-        unknown = set(c) - {"schedule", "tau", "tpp", "total_tokens"}
+        unknown = set(c) - {"schedule", "tau", "tpp", "total", "total_tokens"}
         if unknown:
             raise InputError(
                 f"CollapseScheduler: controls() returned unknown key(s) {', '.join(sorted(unknown))}; "
-                "allowed: schedule, tau, tpp, total_tokens"
+                "allowed: schedule, tau, tpp, total, total_tokens"
             )
-        total = c.get("total_tokens")
-        if total is None and isinstance(self.total_tokens, int | float):
-            total = float(self.total_tokens)
-        elif total is None and isinstance(self.total_tokens, str):
-            total = (trial.config or {}).get(self.total_tokens)
+        units, total, total_tokens = self.units, c.get("total"), c.get("total_tokens")
+        if total_tokens is not None and units == "fraction":
+            units = "tokens"  # t̂ reported, tokens known per trial: the mirror's steps are tokens
+        if total is None and total_tokens is None and isinstance(self.total, int | float):
+            total = float(self.total)
+        elif total is None and total_tokens is None and isinstance(self.total, str):
+            total = (trial.config or {}).get(self.total)
         ctl = TrialControls.check(
-            total_tokens=total,
+            total=total, units=units, total_tokens=total_tokens,
             schedule=c.get("schedule", self.defaults.schedule),
             tau=c.get("tau", self.defaults.tau),
             tpp=c.get("tpp", self.defaults.tpp),
@@ -521,7 +523,8 @@ class CollapseScheduler(FIFOScheduler):
             schedule=ctl.schedule.to_dict(),
             tau=ctl.tau,
             tpp=ctl.tpp,
-            total_tokens=ctl.total_tokens,
+            total=ctl.total,
+            units=ctl.units,
             config=config,
             searched=_searched(trial),
         )
@@ -529,7 +532,8 @@ class CollapseScheduler(FIFOScheduler):
     def _point(
         self, rec: TrialRecord, trial: Trial, result: Mapping[str, Any]
     ) -> tuple[float, float, float | None] | None:
-        """(t̂, loss, tokens) of a result, or None when the result carries no progress or no metric."""
+        """(t̂, loss, progress in the record's units) of a result, or None when the result carries no progress
+        or no metric."""
         progress = result.get(self.time_attr)
         y = result.get(self.loss_key)
         if progress is None or y is None or isinstance(progress, bool):
@@ -541,16 +545,16 @@ class CollapseScheduler(FIFOScheduler):
             return None
         if not math.isfinite(progress):
             return None
-        if self.total_tokens is None:
-            return progress, y, (progress * rec.total_tokens if rec.total_tokens else None)
-        total = rec.total_tokens
-        if isinstance(self.total_tokens, str) and self.total_tokens in result:
-            total = float(result[self.total_tokens])
-            if total != rec.total_tokens:
-                self._set(rec, total_tokens=total)
+        if self.units == "fraction":
+            return progress, y, (progress * rec.total if rec.total else None)
+        total = rec.total
+        if isinstance(self.total, str) and self.total in result:
+            total = float(result[self.total])
+            if total != rec.total:
+                self._set(rec, total=total)
         if not total or total <= 0:
             raise InputError(
-                f"CollapseScheduler: trial {trial.trial_id}: total_tokens key {self.total_tokens!r} is in "
+                f"CollapseScheduler: trial {trial.trial_id}: total key {self.total!r} ({self.units}) is in "
                 "neither the result nor the config; report it or pass a number"
             )
         return progress / total, y, progress
@@ -658,13 +662,12 @@ class CollapseScheduler(FIFOScheduler):
         attrs: dict[str, Any] = {
             RAY_TRIAL_ATTR: rec.trial_id,
             RAY_CONFIG_ATTR: rec.config,
-            "total_tokens": rec.total_tokens if rec.total_tokens else T_HAT_STEPS,
+            "units": rec.units if rec.total else "fraction",
+            "total": rec.total if rec.total else T_HAT_STEPS,
             "schedule": rec.schedule,
             "tau": rec.tau,
             "tpp": rec.tpp,
         }
-        if not rec.total_tokens:
-            attrs["step_unit"] = f"t_hat * {T_HAT_STEPS} (the Tune trials report t_hat, not tokens)"
         attrs["mirror_key"] = key = f"{rec.trial_id}:{len(rec.log)}:{len(rec.t_hat)}:{os.getpid()}"
         study.add_trial(optuna.trial.create_trial(
             state=optuna.trial.TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs
@@ -681,10 +684,10 @@ class CollapseScheduler(FIFOScheduler):
         if tid is None:
             return
         storage = _storage(self._study)
-        step = step_of(rec.t_hat[-1], rec.tokens[-1])
+        step = step_of(rec.t_hat[-1], rec.progress[-1])
         storage.set_trial_intermediate_value(tid, step, rec.loss[-1])
-        if rec.total_tokens and isinstance(self.total_tokens, str):
-            storage.set_trial_user_attr(tid, "total_tokens", rec.total_tokens)
+        if rec.total and isinstance(self.total, str):
+            storage.set_trial_user_attr(tid, "total", rec.total)
         if verdict.entry is None and (verdict.reason is None or verdict.reason == reason_before):
             if verdict.prune:
                 self._mirror_finish(rec)
@@ -725,7 +728,7 @@ class CollapseScheduler(FIFOScheduler):
             last = rec.loss[-1] if rec.loss else None
             values = [last] if last is not None and math.isfinite(last) else None
             log = read_log({DECISIONS_ATTR: rec.log})
-            point = sampler_value(log[-1], rec.total_tokens or T_HAT_STEPS) if log else None
+            point = sampler_value(log[-1], rec.total or T_HAT_STEPS) if log else None
             if self.report_prediction and rec.status == "pruned" and point is not None:
                 storage.set_trial_user_attr(tid, SAMPLER_STEP_ATTR, point[0])
                 storage.set_trial_intermediate_value(tid, point[0], point[1])
@@ -875,19 +878,50 @@ class _ViewCache:
             self._t = np.resize(self._t, size)
             self._y = np.resize(self._y, size)
         for i in range(len(self.steps), n):
-            self.steps.append(step_of(rec.t_hat[i], rec.tokens[i]))
+            self.steps.append(step_of(rec.t_hat[i], rec.progress[i]))
             self.summary.add(rec.t_hat[i], rec.loss[i])
             self._t[i], self._y[i] = rec.t_hat[i], rec.loss[i]
         if self.logged < len(rec.log):
             self.log.extend(read_log({DECISIONS_ATTR: rec.log[self.logged:]}))
             self.logged = len(rec.log)
-        key = (rec.total_tokens, rec.tau, rec.tpp, rec.schedule)
+        key = (rec.total, rec.units, rec.tau, rec.tpp, rec.schedule)
         if key != self.key:
             self.key = key
             self.controls = TrialControls(
-                total_tokens=rec.total_tokens, schedule=Schedule.from_dict(rec.schedule), tau=rec.tau,
+                total=rec.total, units=rec.units, schedule=Schedule.from_dict(rec.schedule), tau=rec.tau,
                 tpp=rec.tpp,
             )
+
+
+def _progress_units(
+    units: Any, total: Any, total_tokens: Any
+) -> tuple[str, float | str | None]:
+    """The scheduler's (units, total), checked: ``total_tokens`` is ``total`` in tokens; without a total the
+    trainables report t̂ ("fraction"). Raises InputError naming the argument."""
+    if total_tokens is not None:
+        if total is not None:
+            raise InputError("CollapseScheduler: give total (in units) or total_tokens (tokens), not both")
+        if units not in (None, "tokens"):
+            raise InputError(f"CollapseScheduler: total_tokens counts tokens but units is {units!r}: give "
+                             "total=<training length in those units>")
+        units, total = "tokens", total_tokens
+    u = check_units(units if units is not None else ("fraction" if total is None else "tokens"),
+                    "CollapseScheduler")
+    if u == "fraction":
+        if total is not None:
+            raise InputError(f"CollapseScheduler: with units 'fraction' time_attr is t_hat itself: give no "
+                             f"total, got {total!r}")
+        return u, None
+    if total is None:
+        raise InputError(f"CollapseScheduler: units {u!r} needs total (the training length in {u}, or the "
+                         "result/config key holding it)")
+    if not isinstance(total, str) and (
+        isinstance(total, bool) or not isinstance(total, int | float)
+        or not (math.isfinite(total) and total > 0)
+    ):
+        raise InputError(f"CollapseScheduler: total must be a positive number of {u} or a result/config key, "
+                         f"got {total!r}")
+    return u, total
 
 
 def _json_safe(value: Any) -> Any:

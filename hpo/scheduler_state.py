@@ -10,7 +10,7 @@ Two files side by side (hpo/scheduler.py says where: the experiment directory by
   ``.json``; JSON lines despite the suffix: Ray Tune's restore copies only ``*.json``/``*.pkl`` files down
   from remote storage): one line per change, ``{"seq": n, "ops": [op, ...]}`` with ``seq`` counting up by
   one. An op is one of ``["trial", id, record]`` (a new or replaced record), ``["report", id, t_hat, loss,
-  tokens]`` (a point appended to the curve), ``["set", id, {field: value}]``, ``["log", id, entry]`` (a
+  progress]`` (a point appended to the curve), ``["set", id, {field: value}]``, ``["log", id, entry]`` (a
   decision entry appended to the log), ``["warn", warning]``. The scheduler writes one line per callback
   (a result, a trial added or ended), so a result and the decision it caused are one line: both or neither.
 
@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from collapse_hpo.hpo.record import DecisionEntry
+from collapse_hpo.hpo.record import FRACTION_STEPS, UNITS, DecisionEntry
 from collapse_hpo.hpo.urls import mask_url
 from collapse_hpo.predictors.atomic import atomic_write, describe_os_error
 from collapse_hpo.predictors.errors import InputError
@@ -63,8 +63,8 @@ STATE_FORMAT = "collapse-hpo-scheduler-state"
 #: [t̂, prune, prediction] lists. All three are read.
 STATE_VERSION = 3
 WARNINGS_KEY = "collapse_warnings"  # = hpo.record.WARNINGS_ATTR (the same list in the study)
-#: Optuna steps per unit t̂ when the trainable reports t̂ but not tokens (the mirror's total_tokens then).
-T_HAT_STEPS = 1_000_000
+#: Optuna steps per unit t̂ when the trainable reports t̂ (units "fraction"; the mirror's total then).
+T_HAT_STEPS = FRACTION_STEPS
 #: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
 STATUSES = ("running", "pruned", "complete", "stopped", "error")
 #: The journal is compacted once it is larger than this and than the last snapshot (bytes).
@@ -86,8 +86,11 @@ class TrialRecord:
         status: one of STATUSES.
         t_hat: training fractions of the accepted reports (strictly increasing).
         loss: the metric at those fractions (NaN kept: it means divergence).
-        tokens: tokens seen at those reports (or None when only t̂ is known).
-        schedule, tau, tpp, total_tokens: the trial's controls (schedule as ``Schedule.to_dict()``).
+        progress: the progress reported at those reports, in ``units`` (or None when only t̂ is known).
+        units: what ``progress`` and ``total`` count: "tokens", "steps" or "fraction" (hpo/record.py UNITS).
+        schedule, tau, tpp, total: the trial's controls (schedule as ``Schedule.to_dict()``; ``total`` the
+            training length in ``units``). State files before ``units`` existed hold ``tokens`` and
+            ``total_tokens`` (read as these, in tokens).
         decision: the latest decision's user attrs (``prune_reason`` always; ``error`` after a failure).
         final_loss: the loss at the last report when the trial completed.
         replayed: reports received again after a restore (t̂ not beyond the last accepted one).
@@ -102,11 +105,12 @@ class TrialRecord:
     status: str = "running"
     t_hat: list[float] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
-    tokens: list[float | None] = field(default_factory=list)
+    progress: list[float | None] = field(default_factory=list)
     schedule: dict[str, Any] = field(default_factory=lambda: Schedule().to_dict())
     tau: float | None = None
     tpp: float | None = None
-    total_tokens: float | None = None
+    total: float | None = None
+    units: str = "tokens"
     decision: dict[str, Any] | None = None
     final_loss: float | None = None
     replayed: int = 0
@@ -117,18 +121,20 @@ class TrialRecord:
     searched: list[str] | None = None
 
     def steps(self) -> list[int]:
-        """The reports' steps: tokens seen when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
-        return [step_of(t, k) for t, k in zip(self.t_hat, self.tokens)]
+        """The reports' steps: the progress when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
+        return [step_of(t, k) for t, k in zip(self.t_hat, self.progress)]
 
 
-def step_of(t_hat: float, tokens: float | None) -> int:
-    """One report's step: tokens seen when known, else round(t̂ · T_HAT_STEPS)."""
-    return round(tokens) if tokens is not None else round(t_hat * T_HAT_STEPS)
+def step_of(t_hat: float, progress: float | None) -> int:
+    """One report's step: the progress in the trial's units when known, else round(t̂ · T_HAT_STEPS)."""
+    return round(progress) if progress is not None else round(t_hat * T_HAT_STEPS)
 
 
 #: The record fields a "set" op may change (the others change through "report" and "log").
-SETTABLE = frozenset(f.name for f in fields(TrialRecord)) - {"trial_id", "t_hat", "loss", "tokens", "log"}
+SETTABLE = frozenset(f.name for f in fields(TrialRecord)) - {"trial_id", "t_hat", "loss", "progress", "log"}
 _KNOWN = frozenset(f.name for f in fields(TrialRecord))
+#: Record keys of state files written before ``units`` existed, and their names now (both were in tokens).
+_LEGACY = {"tokens": "progress", "total_tokens": "total"}
 
 
 @dataclass
@@ -170,12 +176,13 @@ _FIELD_RULES: dict[str, tuple[Any, str]] = {
     "t_hat": (lambda v: isinstance(v, list) and all(_finite(x) and x >= 0 for x in v),
               "a list of finite numbers >= 0"),
     "loss": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers"),
-    "tokens": (lambda v: isinstance(v, list) and all(x is None or (_finite(x) and x >= 0) for x in v),
-               "a list of finite numbers >= 0 or nulls"),
+    "progress": (lambda v: isinstance(v, list) and all(x is None or (_finite(x) and x >= 0) for x in v),
+                 "a list of finite numbers >= 0 or nulls"),
     "schedule": (_check_schedule, "a schedule object (kind, warmup, decay, final, points)"),
     "tau": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
     "tpp": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
-    "total_tokens": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
+    "total": (lambda v: v is None or (_finite(v) and v > 0), "a finite number > 0 or null"),
+    "units": (lambda v: v in UNITS, "one of " + ", ".join(UNITS)),
     "decision": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "final_loss": (lambda v: v is None or _is_number(v), "a number or null"),
     "replayed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number >= 0"),
@@ -200,9 +207,9 @@ def check_record(rec: TrialRecord) -> None:
     """Raise ValueError naming the trial and the field when ``rec`` (read from a file) breaks the schema."""
     for f in fields(TrialRecord):
         _check_field(rec.trial_id, f.name, getattr(rec, f.name))
-    if not len(rec.t_hat) == len(rec.loss) == len(rec.tokens):
-        raise ValueError(f"trial {rec.trial_id!r}: fields 't_hat', 'loss' and 'tokens' differ in length "
-                         f"({len(rec.t_hat)}, {len(rec.loss)}, {len(rec.tokens)})")
+    if not len(rec.t_hat) == len(rec.loss) == len(rec.progress):
+        raise ValueError(f"trial {rec.trial_id!r}: fields 't_hat', 'loss' and 'progress' differ in length "
+                         f"({len(rec.t_hat)}, {len(rec.loss)}, {len(rec.progress)})")
 
 
 _OP_LENGTHS = {"report": 5, "set": 3, "log": 3, "trial": 3, "warn": 2}
@@ -234,18 +241,19 @@ def apply(state: SchedulerState, op: list[Any]) -> None:
     if kind == "report":
         _check_field(tid, "t_hat", [op[2]])
         _check_field(tid, "loss", [op[3]])
-        _check_field(tid, "tokens", [op[4]])
+        _check_field(tid, "progress", [op[4]])
         rec.t_hat.append(op[2])
         rec.loss.append(op[3])
-        rec.tokens.append(op[4])
+        rec.progress.append(op[4])
     elif kind == "set":
         if not isinstance(op[2], dict):
             raise ValueError(f"op 'set' of trial {tid!r} must hold an object of fields, got {_shown(op[2])}")
-        for name, value in op[2].items():
+        values = {_LEGACY.get(name, name): value for name, value in op[2].items()}
+        for name, value in values.items():
             if name not in SETTABLE:
                 raise ValueError(f"field {name!r} cannot be set")
             _check_field(tid, name, value)
-        for name, value in op[2].items():
+        for name, value in values.items():
             setattr(rec, name, copy.deepcopy(value))  # the op is written later: the record must not share it
     else:  # "log"
         if not isinstance(op[2], dict):
@@ -258,6 +266,7 @@ def record_from_dict(d: Any, tid: str, version: int = STATE_VERSION) -> TrialRec
     the field when it breaks the schema (`check_record`)."""
     if not isinstance(d, dict):
         raise ValueError(f"trial {tid!r}: its record must be an object, got {_shown(d)}")
+    d = {_LEGACY.get(k, k): v for k, v in d.items()}
     if d.get("status") not in STATUSES:
         raise ValueError(f"trial {tid!r}: field 'status' must be one of {', '.join(STATUSES)}, "
                          f"got {_shown(d.get('status'))}")
@@ -269,7 +278,7 @@ def record_from_dict(d: Any, tid: str, version: int = STATE_VERSION) -> TrialRec
     if rec.trial_id != tid:
         raise ValueError(f"trial {tid!r}: field 'trial_id' is {_shown(rec.trial_id)}, not the record's key")
     if version == 1:  # version 1 logged [t̂, prune, prediction]: the entry type holds the same facts
-        _check_field(tid, "total_tokens", rec.total_tokens)
+        _check_field(tid, "total", rec.total)
         if not isinstance(rec.log, list) or not all(isinstance(x, list | tuple) for x in rec.log):
             raise ValueError(f"trial {tid!r}: field 'log' must be a list of [t_hat, prune, prediction]")
         rec.log = [_v1_entry(item, rec) for item in rec.log]
@@ -280,7 +289,7 @@ def record_from_dict(d: Any, tid: str, version: int = STATE_VERSION) -> TrialRec
 def _v1_entry(item: Any, rec: TrialRecord) -> dict[str, Any]:
     t, prune, pred = [*list(item), None, None, None][:3]
     return DecisionEntry(
-        step=round(float(t) * (rec.total_tokens or T_HAT_STEPS)), t_hat=t, n=0, prune=bool(prune),
+        step=round(float(t) * (rec.total or T_HAT_STEPS)), t_hat=t, n=0, prune=bool(prune),
         predicted_final_loss=pred, predicted_low=None, predicted_high=None, threshold=None,
         threshold_trial=None, reference=None, reason="(from a version-1 state file)",
     ).to_dict()

@@ -2,7 +2,9 @@
 
 Units: ``batch_tokens`` B and ``total_tokens`` D are in tokens, ``lr`` η is the peak LR actually applied to
 the hidden weight matrices, ``weight_decay`` λ is AdamW's decoupled decay. τ is a fraction of the training
-run.
+run. A run counted in optimizer steps S (every step one batch: D = B·S) has τ = B/(ηλ·B·S) = 1/(η·λ·S)
+(``step_tau``), which needs no token count: the form for a Hugging Face or Lightning run, or any model that
+is no LLM.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def adamw_tau(batch_tokens: float, lr: float, weight_decay: float, total_tokens:
         raise InputError(f"tau = B/(eta lambda D) = {b:g}/({eta:g} * {lam:g} * {d:g}) is not a representable "
                          "positive number; check batch_tokens, lr, weight_decay and the training tokens")
     return tau
+
+
+def step_tau(lr: float, weight_decay: float, steps: float) -> float:
+    """τ = 1 / (η λ S) for a run of ``steps`` optimizer steps S (B/D = 1/S); ``math.inf`` when
+    ``weight_decay`` is 0 (no decay). The same τ as ``adamw_tau`` when every step sees B tokens."""
+    return adamw_tau(1.0, lr, weight_decay, _positive("steps", steps))
 
 
 def weight_decay_for_tau(batch_tokens: float, lr: float, tau: float, total_tokens: float) -> float:

@@ -139,7 +139,7 @@ def test_clean_reports_gives_decides_fraction():
 def _view(number, state, losses, *, log=(), final=None):
     t = np.arange(1, len(losses) + 1) / 10
     return TrialView(number, state, (t * 1000).astype(int), t, np.asarray(losses, dtype=float),
-                     TrialControls(total_tokens=1000, tau=0.2, tpp=20.0), final, tuple(log))
+                     TrialControls(total=1000, tau=0.2, tpp=20.0), final, tuple(log))
 
 
 def _entry(step, prune=False, pred=3.0):

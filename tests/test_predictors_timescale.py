@@ -8,6 +8,7 @@ from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.timescale import (
     adamw_tau,
     optimal_tau,
+    step_tau,
     tokens_per_parameter,
     weight_decay_for_tau,
 )
@@ -31,6 +32,17 @@ def test_tpp_and_optimal_tau_law():
     for tpp, tau in ((20, 0.175), (80, 0.087), (234, 0.051)):
         assert optimal_tau(tpp) == pytest.approx(tau, rel=0.05)
     assert optimal_tau(100, coefficient=1.0, exponent=-1.0) == pytest.approx(0.01)
+
+
+def test_step_tau_is_one_over_lr_decay_steps():
+    """A run counted in optimizer steps: τ = 1/(η·λ·steps), the token τ with D = B·steps, whatever B."""
+    assert step_tau(lr=1e-3, weight_decay=0.1, steps=50_000) == pytest.approx(0.2)
+    for batch_tokens in (2**10, 2**19):
+        tokens = batch_tokens * 8_000
+        assert step_tau(3e-4, 0.05, 8_000) == pytest.approx(adamw_tau(batch_tokens, 3e-4, 0.05, tokens))
+    assert step_tau(1e-3, 0.0, 100) == math.inf
+    with pytest.raises(InputError, match="steps"):
+        step_tau(1e-3, 0.1, 0)
 
 
 @pytest.mark.parametrize("call", [

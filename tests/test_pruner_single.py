@@ -381,7 +381,7 @@ def test_reports_past_the_end_are_ignored_with_the_reason(study_with_best):
 @pytest.mark.parametrize(
     ("controls", "match"),
     [
-        ({}, "total_tokens unknown"),
+        ({}, "total unknown"),
         ({"total_tokens": TOTAL, "schedule": "zigzag", "tau": TAU, "tpp": TPP}, "schedule"),
         ({"total_tokens": "many", "tau": TAU, "tpp": TPP}, "total_tokens"),
         ({"total_tokens": TOTAL, "tau": None, "tpp": TPP}, "weight decay"),
@@ -418,8 +418,8 @@ def test_set_trial_controls_validates_before_writing():
     assert study.trials[0].user_attrs == {}
     set_trial_controls(trial, total_tokens=TOTAL, schedule="cosine", tau=math.inf, tpp=TPP)
     attrs = study.trials[0].user_attrs
-    assert attrs == {"total_tokens": TOTAL, "schedule": Schedule(kind="cosine").to_dict(), "tau": None,
-                     "tpp": TPP}
+    assert attrs == {"units": "tokens", "total": TOTAL, "schedule": Schedule(kind="cosine").to_dict(),
+                     "tau": None, "tpp": TPP}
     assert TrialControls().merged(attrs, "t").schedule == Schedule(kind="cosine")
 
 

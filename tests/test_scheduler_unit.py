@@ -92,7 +92,8 @@ def test_tokens_progress_and_optuna_mirror(tmp_path, fast):
     trials = {t.user_attrs["ray_trial_id"]: t for t in optuna.load_study(study_name="u", storage=url).trials}
     a, b = trials["a"], trials["b"]
     assert a.state.name == "COMPLETE" and a.value == pytest.approx(3.0)
-    assert max(a.intermediate_values) == TOTAL and a.user_attrs["total_tokens"] == TOTAL  # step = tokens
+    assert max(a.intermediate_values) == TOTAL and a.user_attrs["total"] == TOTAL  # step = tokens
+    assert a.user_attrs["units"] == "tokens"
     assert a.params == {"lr": 0.01, "opt/beta": 0.9}  # numbers become params, strings stay in ray_config
     assert a.distributions["lr"].log and a.user_attrs["ray_config"]["name"] == "x"
     assert b.state.name == "PRUNED"

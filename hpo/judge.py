@@ -452,7 +452,7 @@ class Judge:
             if math.isfinite(t) and t > T_HAT_END:
                 found.append(JudgeWarning(PAST_END_WARNING, (
                     f"trial {trial.number} reported t_hat={t:.4g} > 1: its progress key runs past its total "
-                    "(check units and total: t_hat = progress / total, both in units); reports past "
+                    "(check time_attr, units and total: t_hat = progress / total); reports past "
                     "t_hat=1 are ignored, so pruning is effectively off"
                 ), trial.number))
         return tuple(found)

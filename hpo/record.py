@@ -74,6 +74,11 @@ WARNINGS_ATTR = "collapse_warnings"
 #: Study user attr holding a fixed reference surrogate the pruner judged with: ``{"label", "surrogate"}``
 #: (the label is the decision logs' ``reference``).
 USED_REFERENCE_ATTR = "collapse_reference_used"
+#: The deviation alarm raised during training (hpo/integrations/alarm.py ``alarm_attrs``: t_hat, step, units,
+#: value, reason), written once, when it fires.
+ALARM_ATTR = "collapse_alarm"
+#: Plain notes on a trial's controls (a list of lines), e.g. that its TPP is not defined and why that is so.
+NOTES_ATTR = "collapse_notes"
 #: Outcome attrs written by the sweep's trial function.
 TOKENS_TRAINED_ATTR = "tokens_trained"
 FINAL_LOSS_ATTR = "final_loss"
@@ -180,6 +185,20 @@ class TrialControls:
         if self.total is None:
             return f"unknown {self.units}"
         return f"{self.total:,.0f} {self.units}" if self.total < 1e7 else f"{self.total:.3g} {self.units}"
+
+
+#: The note a run without a TPP gets (said, never guessed).
+TPP_NOTE = (
+    "tpp not given: this run's tokens per parameter is not defined (fine-tuning, or a model that is no LLM) "
+    "and is not guessed; trials with equal controls are still compared by their loss ratio, which needs no "
+    "TPP, and a reference surrogate must be calibrated on runs without a tpp (q(TPP) held constant): one "
+    "with a TPP law cannot predict this run"
+)
+
+
+def controls_notes(controls: TrialControls) -> list[str]:
+    """Plain notes on what the controls leave undefined (for the trial's ``collapse_notes`` and the log)."""
+    return [TPP_NOTE] if controls.tpp is None else []
 
 
 def check_units(units: Any, where: str) -> str:

@@ -904,7 +904,9 @@ def _progress_units(
         if units not in (None, "tokens"):
             raise InputError(f"CollapseScheduler: total_tokens counts tokens but units is {units!r}: give "
                              "total=<training length in those units>")
-        units, total = "tokens", total_tokens
+        units, total, name = "tokens", total_tokens, "total_tokens"
+    else:
+        name = "total"
     u = check_units(units if units is not None else ("fraction" if total is None else "tokens"),
                     "CollapseScheduler")
     if u == "fraction":
@@ -919,8 +921,8 @@ def _progress_units(
         isinstance(total, bool) or not isinstance(total, int | float)
         or not (math.isfinite(total) and total > 0)
     ):
-        raise InputError(f"CollapseScheduler: total must be a positive number of {u} or a result/config key, "
-                         f"got {total!r}")
+        raise InputError(f"CollapseScheduler: {name} must be a positive number of {u} or a result/config "
+                         f"key, got {total!r}")
     return u, total
 
 

@@ -108,7 +108,7 @@ def test_pruner_keeps_controls_a_trial_set_itself():
 
     study.optimize(obj, n_trials=1)
     a = study.trials[0].user_attrs
-    assert a["tau"] == 0.2 and a["total_tokens"] == TOTAL and a["tpp"] == TPP
+    assert a["tau"] == 0.2 and (a["units"], a["total"]) == ("tokens", TOTAL) and a["tpp"] == TPP
 
 
 def test_figure_takes_the_reference_from_the_decision_logs(plain):

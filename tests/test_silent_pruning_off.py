@@ -79,7 +79,7 @@ def test_optuna_total_tokens_too_small_warns_once_and_records_it():
                             min_fraction=0.2)
     study, said = _run(pruner, 4, tokens_per_report=TOTAL // REPORTS, controls=None)
     assert len(said) == 1, said
-    assert "past its total" in said[0] and "total_tokens" in said[0]
+    assert "past its total" in said[0] and "units and total" in said[0]
     recorded = study.user_attrs[WARNINGS_ATTR]
     assert [w["key"] for w in recorded] == [PAST_END_WARNING]
     assert recorded[0]["trial"] == 0  # the first trial, at its first report past the end
@@ -115,7 +115,7 @@ def test_optuna_trial_without_total_tokens_is_said_to_be_never_judged():
     pruner = CollapsePruner(reference=SURROGATE, schedule=SCHEDULE, tau=TAU, tpp=TPP)  # no total_tokens
     study, said = _run(pruner, 3, tokens_per_report=TOTAL // REPORTS, controls=None)
     assert len(said) == 1, said
-    assert "can never be judged" in said[0] and "total_tokens" in said[0]
+    assert "can never be judged" in said[0] and "set_trial_controls(trial, total=" in said[0]
     assert [w["key"] for w in study.user_attrs[WARNINGS_ATTR]] == [UNJUDGEABLE_WARNING]
 
 

@@ -37,11 +37,13 @@ def _study(units: str) -> optuna.Study:
         if units == "tokens":
             set_trial_controls(trial, total_tokens=STEPS * BATCH, tau=TAU, tpp=TPP)
         else:
-            set_trial_controls(trial, units=units, total=None if units == "fraction" else STEPS, tau=TAU, tpp=TPP)
+            total = None if units == "fraction" else STEPS
+            set_trial_controls(trial, units=units, total=total, tau=TAU, tpp=TPP)
         pruned = False
         for i in range(1, REPORTS + 1):
             step = STEPS * i // REPORTS
-            progress = {"tokens": step * BATCH, "steps": step, "fraction": round(step / STEPS * FRACTION_STEPS)}
+            progress = {"tokens": step * BATCH, "steps": step,
+                        "fraction": round(step / STEPS * FRACTION_STEPS)}
             trial.report(loss_at(final, step / STEPS), step=progress[units])
             if i < REPORTS and trial.should_prune():
                 pruned = True
@@ -70,7 +72,8 @@ def test_pruner_defaults_in_steps_and_the_old_total_tokens_spelling():
     assert (pruner.defaults.units, pruner.defaults.total) == ("steps", STEPS)
     legacy = CollapsePruner(reference=SURROGATE, total_tokens=1e9)
     assert (legacy.defaults.units, legacy.defaults.total) == ("tokens", 1e9)
-    assert CollapsePruner.from_config({"reference": "online", "units": "steps", "total": 10}).defaults.total == 10
+    config = {"reference": "online", "units": "steps", "total": 10}
+    assert CollapsePruner.from_config(config).defaults.total == 10
     # A stored trial from before units existed: total_tokens is a total in tokens.
     assert stored_total({"total_tokens": 5e8, "tau": 0.1}) == (5e8, "tokens")
     c = TrialControls(total=STEPS, units="steps").merged({"total_tokens": 5e8}, "t")

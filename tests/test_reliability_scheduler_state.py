@@ -24,8 +24,8 @@ from collapse_hpo.predictors.errors import InputError
 
 
 def _snapshot() -> dict[str, Any]:
-    rec = TrialRecord("t1", t_hat=[0.1, 0.2], loss=[3.0, float("nan")], tokens=[100.0, None], tau=0.1,
-                      tpp=20.0, total_tokens=1000.0)
+    rec = TrialRecord("t1", t_hat=[0.1, 0.2], loss=[3.0, float("nan")], progress=[100.0, None], tau=0.1,
+                      tpp=20.0, total=1000.0)
     return snapshot_dict(SchedulerState(records={"t1": rec}, seq=1), "loss", "t_hat")
 
 
@@ -53,7 +53,8 @@ BAD_SNAPSHOTS = {
     "t_hat-string": (_trial(t_hat="abc"), "'t_hat'"),
     "t_hat-item-string": (_trial(t_hat=[0.1, "abc"]), "'t_hat'"),
     "loss-strings": (_trial(loss=["3.0", "2.9"]), "'loss'"),
-    "tokens-string": (_trial(tokens=[100.0, "x"]), "'tokens'"),
+    "progress-string": (_trial(progress=[100.0, "x"]), "'progress'"),
+    "units-unknown": (_trial(units="epochs"), "'units'"),
     "lengths": (_trial(loss=[3.0]), "'loss'"),
     "tau-string": (_trial(tau="0.1"), "'tau'"),
     "final_loss-string": (_trial(final_loss="2.5"), "'final_loss'"),
@@ -111,5 +112,5 @@ def test_a_valid_state_still_loads_with_its_nan_losses(tmp_path: Path) -> None:
     path = _write(tmp_path, _snapshot(), [{"seq": 2, "ops": [["report", "t1", 0.25, float("inf"), None],
                                                              ["set", "t1", {"final_loss": 2.9}]]}])
     rec = read_state(path).records["t1"]
-    assert rec.t_hat == [0.1, 0.2, 0.25] and rec.tokens == [100.0, None, None] and rec.final_loss == 2.9
+    assert rec.t_hat == [0.1, 0.2, 0.25] and rec.progress == [100.0, None, None] and rec.final_loss == 2.9
     assert asdict(rec)["loss"][2] == float("inf")

@@ -157,8 +157,10 @@ class ReferenceSpec(_Strict):
     - ``surrogate: PATH``: a calibrated surrogate JSON file (``collapse-hpo calibrate``), relative to the
       sweep file.
     - ``study: NAME`` with ``storage: URL``: another Optuna study (a calibration family).
-    - ``online: true``: calibrate on this sweep's own first ``min_trials`` completed trials, refit as more
-      finish (at most ``max_trials`` of them).
+    - ``online: true``: calibrate on this sweep's own first ``min_trials`` completed trials, refit (in the
+      background) as more finish (at most ``max_trials`` of them). Until then the ``prior`` speaks:
+      ``builtin`` (default), a surrogate JSON path (relative to the sweep file) or ``none``; it is tested on
+      the sweep's own curves and its interval widens by their misses (predictors/prior.py).
     Same keys as `collapse_hpo.hpo.reference.make_reference`.
     """
 
@@ -168,6 +170,7 @@ class ReferenceSpec(_Strict):
     online: bool | None = None
     min_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
     max_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
+    prior: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> ReferenceSpec:
@@ -183,6 +186,8 @@ class ReferenceSpec(_Strict):
             raise ValueError("'storage' belongs to a 'study' reference; add 'study: NAME'")
         if self.max_trials is not None and self.kind != "online":
             raise ValueError("'max_trials' belongs to an 'online: true' reference")
+        if self.prior is not None and self.kind != "online":
+            raise ValueError("'prior' belongs to an 'online: true' reference")
         if self.min_trials is not None and self.kind == "surrogate":
             raise ValueError("'min_trials' does not apply to a 'surrogate' reference")
         if self.max_trials is not None and self.min_trials is not None and self.max_trials < self.min_trials:
@@ -224,6 +229,10 @@ class ReferenceSpec(_Strict):
             d["min_trials"] = self.min_trials
         if self.max_trials is not None:
             d["max_trials"] = self.max_trials
+        if self.prior is not None:
+            p = Path(os.path.expanduser(self.prior))
+            named = self.prior.strip().lower() in ("builtin", "none")
+            d["prior"] = self.prior if named or p.is_absolute() else str(base_dir / p)
         return d
 
 

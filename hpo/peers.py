@@ -460,13 +460,18 @@ DESCRIPTIONS["collapse-tuned"] = "CollapsePruner(reference surrogate, confidence
 DESCRIPTIONS["collapse-interval"] = (
     "CollapsePruner(reference surrogate, comparison='interval'): own interval vs pessimistic competitors"
 )
-DESCRIPTIONS["collapse-online"] = "CollapsePruner(reference='online'): fitted on the sweep's completed trials"
+DESCRIPTIONS["collapse-online"] = (
+    "CollapsePruner(reference='online'): fitted on the sweep's completed trials (the builtin prior, tested "
+    "on the sweep's curves, until then)"
+)
+#: The replay's online reference: refitted inline, so a replay is deterministic (hpo/reference.py).
+ONLINE_REPLAY = {"online": True, "refit": "inline"}
 
 
 def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
     """The factory for ``name`` (see ``available_names``); collapse pruners need ``surrogate``."""
     if name == "collapse-online":
-        return collapse_factory(name, "online", **COLLAPSE_SETTINGS[name])
+        return collapse_factory(name, ONLINE_REPLAY, **COLLAPSE_SETTINGS[name])
     if name in COLLAPSE_SETTINGS:
         if surrogate is None:
             raise ValueError(f"pruner {name!r} needs a surrogate")

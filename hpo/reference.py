@@ -25,6 +25,8 @@ Missing ones fall back to the pruner's defaults.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -43,6 +45,15 @@ from collapse_hpo.hpo.record import (
 )
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.prior import (
+    BUILTIN,
+    MAX_TESTED,
+    MIN_REACH,
+    REACH_STEP,
+    load_prior,
+    prior_for_sweep,
+    reaching_curves,
+)
 from collapse_hpo.predictors.surrogate import Surrogate
 
 if TYPE_CHECKING:
@@ -250,27 +261,73 @@ class StudyReference:
         return f"StudyReference({self.study_name!r}, min_trials={self.min_trials})"
 
 
+#: How an online reference refits (``OnlineReference(refit=...)``).
+REFITS = ("background", "inline")
+#: The ``prior`` of an online reference that has none.
+NO_PRIOR = "none"
+
+
 class OnlineReference:
-    """Online calibration on the sweep's own completed trials, refitted whenever that set changes.
+    """Online calibration on the sweep's own completed trials, refitted whenever that set changes; before
+    that, a prior tested on the sweep's partial curves.
 
     Args:
-        min_trials: completed, clean curves needed before the first fit (at least 2); until then no surrogate.
+        min_trials: completed, clean curves needed before the first fit (at least 2).
         max_trials: use at most this many completed trials (the lowest-numbered); None = all. Bounds the refit
             cost in long sweeps.
+        prior: the surrogate that speaks until the first online fit is ready: ``"builtin"`` (default:
+            predictors/prior.py's ``BUILTIN_PRIOR``), a surrogate JSON path, a ``Surrogate``, or
+            ``"none"``/None (no prediction before the first fit; the equal-controls loss ratio needs none).
+            It is tested on the sweep's own curves (``predictors.prior.prior_for_sweep``): its interval widens
+            by how far the sweep's curves stray from its shape. Label ``prior:NAME`` (untested) or
+            ``prior:NAME;N@R,...`` (tested on trial N up to t̂ = R, ...).
+        refit: ``"background"`` (default, live sweeps) or ``"inline"`` (replays).
+
+    Refits and determinism. A refit (``fit_surrogate``: seconds) never runs inside ``get`` with
+    ``refit="background"``: ``get`` hands the new set of completed trials to a background thread and
+    answers with the latest surrogate finished before this call (the newest fit this process has, or the
+    one stored in the study by any worker, else the tested prior); the thread stores its fit in the study's
+    user attrs (``collapse_reference``), where every worker and a restarted driver find it. Which fit a
+    decision uses then depends on timing, like the reports of other workers do; the label in each decision
+    log entry names it, so a decision is reproducible from the log. With ``refit="inline"`` (the replay
+    harness, hpo/replay.py) the fit runs in ``get`` as soon as the set changes: a decision depends on the
+    trials only, and a replay is deterministic. The tested prior is computed inline in both modes
+    (milliseconds) and depends on the trials only.
     """
 
-    def __init__(self, *, min_trials: int = 3, max_trials: int | None = None) -> None:
+    def __init__(
+        self, *, min_trials: int = 3, max_trials: int | None = None, prior: Any = BUILTIN,
+        refit: str = "background",
+    ) -> None:
         if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
             raise InputError(f"reference: 'min_trials' must be an integer >= 2, got {min_trials!r}")
         if max_trials is not None and (
             isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < min_trials
         ):
             raise InputError(f"reference: 'max_trials' must be an integer >= min_trials, got {max_trials!r}")
+        if refit not in REFITS:
+            raise InputError(f"reference: 'refit' must be one of {', '.join(REFITS)}, got {refit!r}")
         self.min_trials = min_trials
         self.max_trials = max_trials
+        self.refit = refit
+        self._prior: tuple[Surrogate, str] | None = None
+        if prior is not None and not (isinstance(prior, str) and prior.strip().lower() == NO_PRIOR):
+            if not isinstance(prior, str | os.PathLike | Surrogate):
+                raise InputError(
+                    f"reference: 'prior' must be 'builtin', 'none' or a surrogate JSON path, got {prior!r}"
+                )
+            self._prior = load_prior(prior)
         self._lock = threading.Lock()
         self._cache: dict[tuple[int, ...], Surrogate] = {}
         self._failed: dict[tuple[int, ...], str] = {}
+        self._latest: tuple[Surrogate, str] | None = None  # the newest online fit this process has
+        self._tested: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
+        self._refitter = _Refitter() if refit == "background" else None
+
+    @property
+    def prior(self) -> str | None:
+        """The prior's name (None without one)."""
+        return None if self._prior is None else self._prior[1]
 
     def get(
         self,
@@ -278,7 +335,8 @@ class OnlineReference:
         defaults: TrialControls,
         trials: list[optuna.trial.FrozenTrial] | None = None,
     ) -> tuple[Surrogate | None, str]:
-        """The surrogate fitted on the study's completed trials, or (None, why not)."""
+        """The surrogate fitted on the study's completed trials (or, until it is ready, the latest fit
+        finished, else the tested prior), or (None, why not)."""
         if study is None:
             return None, "online calibration needs the sweep's Optuna study (none given)"
         if trials is None:
@@ -287,42 +345,217 @@ class OnlineReference:
         if self.max_trials is not None:
             curves, numbers = curves[: self.max_trials], numbers[: self.max_trials]
         if len(curves) < self.min_trials:
-            return None, (
+            why = (
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
                 "before pruning starts (counted: COMPLETE, with total_tokens and a clean full curve)"
             )
-        key = tuple(numbers)
+        else:
+            surrogate, why = self._online(study, curves, tuple(numbers))
+            if surrogate is not None:
+                return surrogate, why
+            with self._lock:
+                latest = self._latest or _stored_fit(study)
+            if latest is not None:
+                return latest
+        if self._prior is None:
+            return None, why
+        return self._tested_prior(trials, defaults)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the background refit (if any) is idle; True when it is. For tests and benchmarks."""
+        return True if self._refitter is None else self._refitter.wait(timeout)
+
+    def _online(
+        self, study: optuna.study.Study, curves: list[Curve], key: tuple[int, ...]
+    ) -> tuple[Surrogate | None, str]:
+        """The fit of ``key``'s curves: (surrogate, label), or (None, why) when it failed or is not ready."""
         label = "online:" + ",".join(str(n) for n in key)
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 return cached, label
             stored = study.user_attrs.get(STUDY_REFERENCE_ATTR)
-            surrogate = None
-            if isinstance(stored, dict) and stored.get("trials") == list(key):
-                try:
-                    source = f"study attr {STUDY_REFERENCE_ATTR}"
-                    surrogate = Surrogate.from_dict(stored.get("surrogate"), source=source)
-                except InputError:
-                    surrogate = None
+            surrogate = _parse_fit(stored, key)
             if surrogate is None:
                 failed = self._failed.get(key)
                 if failed is not None:
                     return None, failed
-                try:
-                    surrogate = fit_surrogate(curves)
-                except Exception as err:  # a failed fit must not crash the sweep: no pruning, with the reason
-                    why = f"online calibration on trials {label[7:]} failed ({type(err).__name__}: {err})"
-                    self._failed = {key: why}
-                    return None, why
-                study.set_user_attr(
-                    STUDY_REFERENCE_ATTR, {"trials": list(key), "surrogate": surrogate.to_dict()}
-                )
+                if self._refitter is not None:
+                    done = self._refitter.result(key)
+                    if done is None:
+                        self._refitter.submit(key, curves, study)
+                        return None, f"online calibration on trials {label[7:]} running in the background"
+                    surrogate, why = done
+                    if surrogate is None:
+                        self._failed = {key: why}
+                        return None, why
+                else:
+                    try:
+                        surrogate = fit_surrogate(curves)
+                    except Exception as err:  # a failed fit must not crash the sweep: no pruning, the reason
+                        why = _fit_failed(key, err)
+                        self._failed = {key: why}
+                        return None, why
+                    study.set_user_attr(
+                        STUDY_REFERENCE_ATTR, {"trials": list(key), "surrogate": surrogate.to_dict()}
+                    )
             self._cache = {key: surrogate}
+            if self._latest is None or _trials_of(self._latest[1]) <= len(key):
+                self._latest = (surrogate, label)
             return surrogate, label
 
+    def _tested_prior(
+        self, trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
+    ) -> tuple[Surrogate, str]:
+        """The prior tested on the sweep's curves that reached ``MIN_REACH`` (cached while they did not move
+        past another ``REACH_STEP``)."""
+        assert self._prior is not None
+        prior, name = self._prior
+        candidates = _reaching(trials, defaults)
+        key = tuple((number, reach) for number, reach, _ in candidates)
+        with self._lock:
+            if self._tested is not None and self._tested[0] == key:
+                return self._tested[1]
+        tested = prior_for_sweep(prior, [curve for _, _, curve in candidates])
+        label = f"prior:{name}"
+        if tested.tested:
+            label += ";" + ",".join(f"{run.removeprefix('trial')}@{reach:g}" for run, reach in tested.tested)
+        out = (tested.surrogate, label)
+        with self._lock:
+            self._tested = (key, out)
+        return out
+
     def __repr__(self) -> str:
-        return f"OnlineReference(min_trials={self.min_trials}, max_trials={self.max_trials})"
+        return (f"OnlineReference(min_trials={self.min_trials}, max_trials={self.max_trials}, "
+                f"prior={self.prior!r}, refit={self.refit!r})")
+
+
+def _fit_failed(key: tuple[int, ...], err: Exception) -> str:
+    return (f"online calibration on trials {','.join(map(str, key))} failed "
+            f"({type(err).__name__}: {err})")
+
+
+def _trials_of(label: str) -> int:
+    """How many trials an ``online:`` label names."""
+    return len(label.split(":", 1)[1].split(","))
+
+
+def _parse_fit(stored: Any, key: tuple[int, ...] | None) -> Surrogate | None:
+    """The surrogate of a stored fit (study attr ``collapse_reference``) when it is of ``key``'s trials (any
+    trials when ``key`` is None); None otherwise or when it does not parse."""
+    if not isinstance(stored, dict) or (key is not None and stored.get("trials") != list(key)):
+        return None
+    try:
+        return Surrogate.from_dict(stored.get("surrogate"), source=f"study attr {STUDY_REFERENCE_ATTR}")
+    except InputError:
+        return None
+
+
+def _stored_fit(study: optuna.study.Study) -> tuple[Surrogate, str] | None:
+    """The online fit stored in the study by any worker (the latest finished), with its label."""
+    stored = study.user_attrs.get(STUDY_REFERENCE_ATTR)
+    surrogate = _parse_fit(stored, None)
+    if surrogate is None:
+        return None
+    trials = stored.get("trials")
+    if not isinstance(trials, list) or not trials:
+        return None
+    return surrogate, "online:" + ",".join(str(n) for n in trials)
+
+
+def _reaching(
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
+) -> list[tuple[int, float, Curve]]:
+    """Trials whose curves can test the prior (``predictors.prior.reaching_curves``): (number, reach, curve),
+    the furthest-reaching first. Reads each trial's last report only, and builds curves for those kept."""
+    reach: list[tuple[float, int, Any]] = []
+    for t in trials:
+        values = t.intermediate_values
+        if len(values) < 3:
+            continue
+        skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
+        last = max((s for s in values if s != skip), default=None)
+        try:
+            total = defaults.merged(t.user_attrs, f"trial {t.number}").total_tokens
+        except InputError:
+            continue
+        if last is None or not total:
+            continue
+        r = math.floor(min(last / total, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
+        if r >= MIN_REACH - 1e-9:
+            reach.append((-r, t.number, t))
+    reach.sort(key=lambda x: (x[0], x[1]))
+    out: list[tuple[int, float, Curve]] = []
+    for _, number, t in reach[:MAX_TESTED]:
+        try:
+            c = trial_curve(t, defaults)
+        except InputError:
+            continue
+        if c is None:
+            continue
+        for curve, r in reaching_curves([c]):
+            out.append((number, r, curve))
+    return out
+
+
+class _Refitter:
+    """One background thread that fits the newest set of completed trials handed to it (``submit``); an older
+    set still waiting is dropped for a newer one. It stores each fit in the study (``collapse_reference``) and
+    keeps the latest result for ``result``. The thread is a daemon and ends after ``IDLE_S`` without work."""
+
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: tuple[tuple[int, ...], list[Curve], Any] | None = None
+        self._running: tuple[int, ...] | None = None
+        self._results: dict[tuple[int, ...], tuple[Surrogate | None, str]] = {}
+        self._thread: threading.Thread | None = None
+
+    def result(self, key: tuple[int, ...]) -> tuple[Surrogate | None, str] | None:
+        """The finished fit of ``key`` ((surrogate, label) or (None, why it failed)); None when not done."""
+        with self._cond:
+            return self._results.get(key)
+
+    def submit(self, key: tuple[int, ...], curves: list[Curve], study: Any) -> None:
+        """Fit ``curves`` (the completed trials ``key``) in the background, unless it is running or done."""
+        with self._cond:
+            if key in self._results or key == self._running:
+                return
+            self._pending = (key, curves, study)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="collapse-hpo-refit", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._pending is None and self._running is None, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._pending is not None, self.IDLE_S):
+                    self._thread = None
+                    return
+                assert self._pending is not None
+                key, curves, study = self._pending
+                self._pending, self._running = None, key
+            label = "online:" + ",".join(str(n) for n in key)
+            out: tuple[Surrogate | None, str]
+            try:
+                surrogate = fit_surrogate(curves)
+                out = (surrogate, label)
+                with contextlib.suppress(Exception):  # where every worker and a restarted driver find it
+                    study.set_user_attr(
+                        STUDY_REFERENCE_ATTR, {"trials": list(key), "surrogate": surrogate.to_dict()}
+                    )
+            except Exception as err:  # a failed fit must not crash the sweep: no pruning, with the reason
+                out = (None, _fit_failed(key, err))
+            with self._cond:
+                self._results = {key: out}
+                self._running = None
+                self._cond.notify_all()
 
 
 Reference = SurrogateReference | StudyReference | OnlineReference
@@ -333,7 +566,7 @@ def make_reference(spec: Any) -> Reference:
 
     Accepted: a reference object; a ``Surrogate``; a path (str or PathLike) to a surrogate JSON; ``"online"``;
     or a mapping with exactly one of ``surrogate: PATH``, ``study: NAME`` (with ``storage: URL`` and optional
-    ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``).
+    ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``, ``prior``, ``refit``).
     Raises InputError naming the field on anything else.
     """
     if isinstance(spec, SurrogateReference | StudyReference | OnlineReference):
@@ -355,7 +588,7 @@ def make_reference(spec: Any) -> Reference:
         allowed = {
             "surrogate": {"surrogate"},
             "study": {"study", "storage", "min_trials"},
-            "online": {"online", "min_trials", "max_trials"},
+            "online": {"online", "min_trials", "max_trials", "prior", "refit"},
         }[kind]
         unknown = set(spec) - allowed
         if unknown:
@@ -371,7 +604,8 @@ def make_reference(spec: Any) -> Reference:
             return StudyReference(spec["study"], spec["storage"], min_trials=spec.get("min_trials", 2))
         if spec["online"] is not True:
             raise InputError(f"reference: field 'online' must be true, got {spec['online']!r}")
-        return OnlineReference(min_trials=spec.get("min_trials", 3), max_trials=spec.get("max_trials"))
+        return OnlineReference(min_trials=spec.get("min_trials", 3), max_trials=spec.get("max_trials"),
+                               prior=spec.get("prior", BUILTIN), refit=spec.get("refit", "background"))
     raise InputError(
         f"reference: expected a surrogate JSON path, 'online', or a mapping, got {type(spec).__name__}"
     )

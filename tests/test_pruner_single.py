@@ -195,7 +195,9 @@ def test_surrogate_file_reference_from_config(surrogate, tmp_path):
         ({"reference": {"online": True, "min_trials": 1}}, "min_trials"),
         ({"reference": {"surrogate": "a.json", "study": "b"}}, "exactly one"),
         ({"reference": {"study": "b"}}, "storage"),
-        ({"reference": {"online": True, "refit": 2}}, "unknown field"),
+        ({"reference": {"online": True, "patience": 2}}, "unknown field"),
+        ({"reference": {"online": True, "refit": 2}}, "'refit' must be one of"),
+        ({"reference": {"online": True, "prior": 2}}, "'prior' must be"),
         ({"reference": 42}, "expected a surrogate JSON path"),
         ({"reference": "/nonexistent/surrogate.json"}, "no such surrogate file"),
     ],
@@ -218,8 +220,10 @@ def test_a_corrupted_surrogate_file_names_the_file(tmp_path):
 
 def test_paired_rule_prunes_before_any_trial_completes_the_reference(db_dir):
     # Every trial has equal controls: the paired rule compares their losses at equal t̂, no surrogate needed.
+    # Until 3 trials complete, the prediction shown comes from the builtin prior, tested on the sweep's
+    # curves.
     storage = f"sqlite:///{db_dir / 'early.db'}"
-    pruner = CollapsePruner(reference={"online": True, "min_trials": 3})
+    pruner = CollapsePruner(reference={"online": True, "min_trials": 3, "max_trials": 3})
     study = run_study(pruner, n_trials=10, storage=storage, name="early")
     trials = study.get_trials()
     finals = {t.number: true_final(t.params["x"]) for t in trials}
@@ -229,16 +233,20 @@ def test_paired_rule_prunes_before_any_trial_completes_the_reference(db_dir):
     assert before, "some trial is pruned while the online reference still waits for 3 completed trials"
     for t in before:
         entry = trial_decisions(t)[-1]
-        assert entry["reason"].startswith("current loss") and "loss ratio at t_hat=" in entry["reason"]
-        assert entry["predicted_final_loss"] is None and "need 3" in entry["reference"]
+        assert entry["reason"].startswith("predicted final loss")
+        assert "loss ratio at t_hat=" in entry["reason"]
+        assert entry["reference"].startswith("prior:builtin;")  # tested on the trials that ran furthest
+        assert entry["predicted_low"] <= entry["predicted_final_loss"] <= entry["predicted_high"]
         assert finals[entry["threshold_trial"]] < finals[t.number]
+    pruner.reference.wait(60)
 
 
 def test_online_reference_waits_for_completed_trials_then_prunes(db_dir):
     storage = f"sqlite:///{db_dir / 'online.db'}"
     # The interval rule needs a surrogate, so it waits for the online reference (the paired rule does not:
     # see test_paired_rule_prunes_before_any_trial_completes).
-    pruner = CollapsePruner(reference={"online": True, "min_trials": 3}, comparison="interval")
+    pruner = CollapsePruner(reference={"online": True, "min_trials": 3, "prior": "none", "refit": "inline"},
+                            comparison="interval")
     study = run_study(pruner, n_trials=10, storage=storage, name="online")
     trials = study.get_trials()
     first_three = [t for t in trials if t.state == COMPLETE][:3]
@@ -255,7 +263,7 @@ def test_online_reference_waits_for_completed_trials_then_prunes(db_dir):
     # The last fit stored is of the trials completed by the last judgement.
     assert set(study.user_attrs[STUDY_REFERENCE_ATTR]["trials"]) <= set(completed)
     # A fresh reference (another worker, a restarted driver) fits all completed trials and stores the fit ...
-    fresh, label = OnlineReference(min_trials=3).get(study, TrialControls())
+    fresh, label = OnlineReference(min_trials=3, refit="inline").get(study, TrialControls())
     assert label == "online:" + ",".join(map(str, completed))
     curves, numbers = reference_curves(trials, TrialControls())
     assert numbers == completed
@@ -263,7 +271,7 @@ def test_online_reference_waits_for_completed_trials_then_prunes(db_dir):
     stored = study.user_attrs[STUDY_REFERENCE_ATTR]
     assert stored["trials"] == completed
     # ... which the next one reuses as it is.
-    again, _ = OnlineReference(min_trials=3).get(study, TrialControls())
+    again, _ = OnlineReference(min_trials=3, refit="inline").get(study, TrialControls())
     assert again.to_dict() == Surrogate.from_dict(stored["surrogate"]).to_dict() == fresh.to_dict()
 
 

@@ -28,8 +28,9 @@ import pytest
 
 from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
 from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.record import DECISIONS_ATTR, TrialControls, trial_points
+from collapse_hpo.hpo.record import DECISIONS_ATTR, TrialControls, trial_curve, trial_points
 from collapse_hpo.hpo.reference import fit_surrogate, reference_curves
+from collapse_hpo.predictors.prior import load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves
@@ -174,6 +175,15 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
                 surrogate = None  # online reference not ready yet: no prediction, equal controls only
             elif label == "file:surrogate.json":
                 surrogate = file_surrogate
+            elif label.startswith("prior:builtin"):
+                # The builtin prior, tested on the trials the label names, each up to the t̂ it names.
+                if label not in fits:
+                    named = [part.split("@") for part in label.partition(";")[2].split(",") if part]
+                    ref_curves = [trial_curve(by_number[int(n)], TrialControls(total_tokens=TOTAL, tau=TAU,
+                                                                             tpp=TPP)).truncated(float(r))
+                                  for n, r in named]
+                    fits[label] = prior_for_sweep(load_prior("builtin")[0], ref_curves).surrogate
+                surrogate = fits[label]
             else:
                 assert label.startswith("online:")
                 if label not in fits:

@@ -166,8 +166,10 @@ def part_choice(surrogate, md: list[str]) -> float:
 
 
 # ------------------------------------------------------------------------------------------ 2./3. replays
-def prune_entries(sweep: Sweep, pruner: str, surrogate, orders: int) -> list[dict[str, Any]]:
-    """Every prune decision with a prediction in ``orders`` replays: the intervals before/after, the truth."""
+def prune_entries(sweep: Sweep, pruner: str, surrogate, orders: int, *, all_prunes: bool = False
+                  ) -> list[dict[str, Any]]:
+    """Every prune decision with a prediction in ``orders`` replays: the intervals before/after, the truth,
+    the reference label. ``all_prunes``: also the prunes without a prediction (their intervals are None)."""
     out = []
     index = {c.run: i for i, c in enumerate(sweep.curves)}
     for k, order in enumerate(random_orders(sweep.n_trials, orders, seed=0)):
@@ -178,11 +180,12 @@ def prune_entries(sweep: Sweep, pruner: str, surrogate, orders: int) -> list[dic
         for t in adapter.study.get_trials(deepcopy=False):
             final = float(sweep.finals[index[t.user_attrs["run"]]])
             for e in read_log(t.user_attrs):
-                if e.prune and e.predicted_final_loss is not None and e.rule_low is not None:
+                shown = e.predicted_final_loss is not None and e.rule_low is not None
+                if e.prune and (all_prunes or shown):
                     out.append({"final": final, "before": (e.rule_low, e.rule_high),
                                 "after": (e.predicted_low, e.predicted_high), "misfit": e.misfit,
                                 "flagged": e.predicted_low != e.rule_low or e.predicted_high != e.rule_high,
-                                "t_hat": e.t_hat})
+                                "t_hat": e.t_hat, "reference": e.reference})
     return out
 
 

@@ -1,0 +1,154 @@
+"""A prior surrogate, tested on a sweep's own partial curves: predictions before any trial has finished.
+
+An online reference (hpo/reference.py) calibrates on the sweep's completed trials, so until ``min_trials``
+have finished it has nothing to predict with. The prior fills that gap: a surrogate that exists before the
+sweep (``BUILTIN_PRIOR``, calibrated on the development collapse family, or any calibrated JSON), whose
+shape is checked against the sweep's own curves as far as they go.
+
+The check (``prior_for_sweep``): each curve that reached t̂ = R ≥ ``MIN_REACH`` (running, pruned or complete)
+is predicted from its first half, f = R/2, with the prior, and the level the prior then expects over its last
+stretch [0.75·R, R] is compared with the level it reported: u = log(observed/expected) / ln(R/f), the prior's
+shape miss per unit of ln t̂ on this sweep. A final-loss prediction from the first p of training extrapolates
+the shape over ln(1/p); the prior's learned error band at p is widened by that:
+
+    scale(p)² = scale_prior(p)² + (SHAPE_MISS_WEIGHT · U · ln(1/p))²,   U = √(mean u²) over the tested curves,
+
+and its Student-t count becomes the smaller of the prior's and the tested curves' + 1. A sweep whose curves
+follow the prior's shape keeps the prior's interval; one whose curves do not (other controls than the
+prior's, another trainer) gets an interval as wide as the misses say. Until a curve reaches ``MIN_REACH``
+the prior is used untested, and says so in its label.
+
+``pair_bands`` are dropped: the prior's paired errors were learned on its own family; on an untested sweep a
+comparison of trials with other controls uses the (widened) interval instead.
+
+``SHAPE_MISS_WEIGHT`` was chosen on the development sweeps (studies/bench/artifacts: the LR and batch sweeps
+with τ held and λ fixed, and the random-config sweeps) as the smallest weight of 0.25, 0.35, 0.5, 0.7, 1
+whose shown intervals covered ≥ 90% of the true final losses in every family, with 3 leading curves at reach
+0.4–1 (``studies/bench/online_reference.py``, part 1; BENCHMARKS.md, "Online reference"). ``MIN_REACH`` = 0.3
+was set beforehand: a test from t̂ = 0.1 (R = 0.2) measures the prior's fit of the warm-up's end more than
+its shape. Out of sample: the external sweeps of the same script's part 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import predict_final_loss
+from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
+
+#: The builtin prior's name in specs and labels.
+BUILTIN = "builtin"
+#: The builtin prior: calibrated on studies/bench/artifacts/curves_collapse_{tau,lambda}_full.csv (14 runs of
+#: the project's trainer at 20 TPP, τ 0.04–0.18, 5 held-out folds), shipped with the package.
+BUILTIN_PRIOR = Path(__file__).resolve().parent / "data" / "builtin_prior.json"
+#: A curve tests the prior once it reached this t̂ (it is predicted from its first half).
+MIN_REACH = 0.3
+#: Reaches are rounded down to multiples of this (t̂) before a test, so the tested prior changes only when a
+#: curve crosses one: few distinct tests per sweep, each named by its inputs (``SweepPrior.label``).
+REACH_STEP = 0.05
+#: Weight of the measured shape miss in the widened interval (see the module docstring).
+SHAPE_MISS_WEIGHT = 0.5
+#: At most this many curves (the furthest-reaching) test the prior: bounds the cost of a test.
+MAX_TESTED = 16
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> Surrogate:
+    return Surrogate.load(path)
+
+
+def load_prior(spec: str | Path | Surrogate) -> tuple[Surrogate, str]:
+    """The prior surrogate and its name: ``"builtin"`` (``BUILTIN_PRIOR``), a surrogate JSON path, or a
+    ``Surrogate``. Raises InputError when the file cannot be read."""
+    if isinstance(spec, Surrogate):
+        return spec, "surrogate"
+    if str(spec) == BUILTIN:
+        return _load(str(BUILTIN_PRIOR)), BUILTIN
+    return _load(str(Path(spec).expanduser())), f"file:{Path(spec).name}"
+
+
+@dataclass(frozen=True)
+class SweepPrior:
+    """A prior with its error bands widened by the sweep's own shape misses.
+
+    Attributes:
+        surrogate: the prior with the widened ``error_bands`` and no ``pair_bands``.
+        tested: (name, reach) of each curve that tested it (reach rounded down to ``REACH_STEP``).
+        miss: U, the root mean square shape miss per unit of ln t̂ (0 when untested).
+    """
+
+    surrogate: Surrogate
+    tested: tuple[tuple[str, float], ...]
+    miss: float
+
+
+def reaching_curves(curves: Sequence[Curve]) -> list[tuple[Curve, float]]:
+    """The curves that can test the prior, each with its reach rounded down to ``REACH_STEP``: at most
+    ``MAX_TESTED``, the furthest-reaching first (ties: by name), in a deterministic order."""
+    out = []
+    for c in curves:
+        ok = np.isfinite(c.loss) & (c.loss > 0)
+        if not ok.any():
+            continue
+        reach = math.floor(min(float(np.max(c.t_hat[ok])), 1.0) / REACH_STEP + 1e-9) * REACH_STEP
+        if reach >= MIN_REACH - 1e-9:
+            out.append((c, round(reach, 6)))
+    out.sort(key=lambda cr: (-cr[1], cr[0].run))
+    return out[:MAX_TESTED]
+
+
+def shape_miss(prior: Surrogate, curve: Curve, reach: float) -> float | None:
+    """u: the prior's miss of ``curve``'s level over [0.75·reach, reach] predicted from its first reach/2, per
+    unit of ln t̂ (log units); None when the prior cannot predict the curve."""
+    ok = np.isfinite(curve.loss) & (curve.loss > 0) & (curve.t_hat <= reach + 1e-9)
+    t, y = curve.t_hat[ok], curve.loss[ok]
+    f = reach / 2.0
+    early = t <= f + 1e-9
+    pred = predict_final_loss(t[early], y[early], surrogate=prior, schedule=curve.schedule, tau=curve.tau,
+                              tpp=curve.tpp, min_fraction=min(0.1, f))
+    late = t >= 0.75 * reach - 1e-9
+    if not pred.ok or not late.any():
+        return None
+    try:
+        shape = prior.normalized(t[late], curve.schedule, curve.tau, curve.tpp)
+    except (InputError, ValueError):
+        return None
+    expected = float(np.mean(np.log(pred.final_loss * shape)))
+    observed = float(np.mean(np.log(y[late])))
+    if not (math.isfinite(expected) and math.isfinite(observed)):
+        return None
+    return (observed - expected) / math.log(reach / f)
+
+
+def prior_for_sweep(
+    prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT
+) -> SweepPrior:
+    """The prior tested on the sweep's curves (module docstring); deterministic for given curves."""
+    tested = []
+    misses = []
+    for c, reach in reaching_curves(curves):
+        u = shape_miss(prior, c, reach)
+        if u is not None:
+            tested.append((c.run, reach))
+            misses.append(u)
+    miss = float(math.sqrt(np.mean(np.square(misses)))) if misses else 0.0
+    bands = []
+    for b in prior.error_bands:
+        extra = weight * miss * math.log(1.0 / b.fraction)
+        n = min(b.n, len(misses) + 1) if misses else b.n
+        scale = math.sqrt(b.scale**2 + extra**2)
+        bands.append(ErrorBand(fraction=b.fraction, n=max(n, 2), bias=b.bias, scale=scale,
+                               max_abs=max(b.max_abs, scale), fit_residual=b.fit_residual))
+    info = {**prior.info, "prior_tested_on": [f"{r}@{x:g}" for r, x in tested], "prior_shape_miss": miss}
+    # The size trend would replace the widened band for a run with a known size: the prior's size model was
+    # learned on its own family, so it is dropped with the paired errors.
+    surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[], info=info)
+    return SweepPrior(surrogate=surrogate, tested=tuple(tested), miss=miss)

@@ -476,7 +476,7 @@ def _reaching(
         skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
         last = max((s for s in values if s != skip), default=None)
         try:
-            total = defaults.merged(t.user_attrs, f"trial {t.number}").total_tokens
+            total = defaults.merged(t.user_attrs, f"trial {t.number}").total
         except InputError:
             continue
         if last is None or not total:

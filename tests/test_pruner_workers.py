@@ -179,7 +179,7 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
                 # The builtin prior, tested on the trials the label names, each up to the t̂ it names.
                 if label not in fits:
                     named = [part.split("@") for part in label.partition(";")[2].split(",") if part]
-                    ref_curves = [trial_curve(by_number[int(n)], TrialControls(total_tokens=TOTAL, tau=TAU,
+                    ref_curves = [trial_curve(by_number[int(n)], TrialControls(total=TOTAL, tau=TAU,
                                                                              tpp=TPP)).truncated(float(r))
                                   for n, r in named]
                     fits[label] = prior_for_sweep(load_prior("builtin")[0], ref_curves).surrogate

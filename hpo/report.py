@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
-from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path
+from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path, check_writable_file
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
 if TYPE_CHECKING:
@@ -306,6 +306,16 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
         plt.close(fig)
 
 
+REPORT_FILES = ("results.csv", "curves.csv", "curves.png")
+
+
+def check_report_outputs(results_dir: str | os.PathLike[str]) -> None:
+    """Check every file `write_report` writes into ``results_dir`` before any is written (InputError naming
+    the first that cannot be: a device, a FIFO, a folder, an unwritable folder)."""
+    for name in REPORT_FILES:
+        check_writable_file(Path(results_dir) / name, "report")
+
+
 def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpruned: float,
                  reference_path: Path | None = None, title: str = "") -> tuple[str, list[str]]:
     """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines)."""
@@ -313,6 +323,7 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
 
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_report_outputs(out)
     rows = trial_rows(study)
     write_results_csv(out / "results.csv", rows)
     curves = trial_curves(study)

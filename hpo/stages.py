@@ -440,7 +440,14 @@ def finish_stages(sweep: SweepConfig, locs: list[SweepLocation], studies: list[o
     """Report each stage (its table, files and dashboard, as a plain sweep), then the stages summary; write
     ``transfer.csv`` next to the stage folders. Returns 1 when a stage's every trial failed, else 0."""
     from collapse_hpo.hpo.commands.run import finish
+    from collapse_hpo.hpo.report import check_report_outputs
+    from collapse_hpo.predictors.atomic import check_writable_file
 
+    for loc, study in zip(locs, studies):  # every output of every stage checked before any is written
+        if study is not None and Path(loc.results).is_dir():
+            check_report_outputs(loc.results)
+    if studies[1] is not None and studies[0] is not None:
+        check_writable_file(Path(locs[1].results).parent / "transfer.csv", "transfer table")
     status = 0
     for i, (loc, study) in enumerate(zip(locs, studies)):
         if study is None:

@@ -8,6 +8,12 @@ behind: `clean_stale_tmp` removes those (run at the start of every command that 
 
 Errors from the file system (read-only folder, disk full, a folder where a file should be) are turned into
 `InputError` naming the path and what to do, and the old file is kept.
+
+Only a regular file or a new path is written (`output_problem`): the rename would otherwise replace a
+character device (``/dev/null``, or one made with ``mknod``), a FIFO, a socket or a block device with a
+regular file. Those are refused naming what the node is, and left as they are. A symbolic link to a regular
+file (or to a new path in an existing folder) is written through: its target is replaced, the link kept; a
+link to anything else (``/proc/self/fd/1``: a terminal or a pipe) is refused like its target.
 """
 
 from __future__ import annotations
@@ -56,13 +62,53 @@ def describe_os_error(path: str | os.PathLike[str], err: OSError, verb: str = "w
     return f"{path}: cannot {verb} ({why})"
 
 
+_NODE_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _node_kind(mode: int) -> str | None:
+    for test, name in _NODE_KINDS:
+        if test(mode):
+            return name
+    return None
+
+
+def output_problem(path: str | os.PathLike[str], what: str = "output") -> str | None:
+    """Why ``path`` cannot be replaced by a regular file (one line naming what it is), or None when it is a
+    regular file, a new path, or a symbolic link to either (written through)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)  # follows links: what a write would reach
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return describe_os_error(p, err)
+    kind = _node_kind(st.st_mode)
+    if kind is None:
+        return None
+    via = f" (a symbolic link to {os.path.realpath(p)})" if p.is_symlink() else ""
+    return (f"{p}: the {what} path is {kind}{via}, not a regular file; writing would replace it, so it is "
+            "left as it is: give a regular file path")
+
+
+def target_of(path: str | os.PathLike[str]) -> Path:
+    """The path a write to ``path`` replaces: ``path`` itself, or the final target of a symbolic link."""
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
+
+
 def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> Path:
     """Check before any work that ``path`` can be written by `atomic_write`: its folder exists and is
-    writable, and ``path`` is not a folder. Returns the path; raises InputError (one line) otherwise."""
+    writable, and ``path`` is not a folder, nor a device, FIFO or socket (`output_problem`). Returns the
+    path; raises InputError (one line) otherwise."""
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise InputError(f"{p}: the {what} path is a folder; give a file name inside it")
+    problem = output_problem(p, what)
+    if problem:
+        raise InputError(problem)
+    p = target_of(p)
+    parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"{p}: folder {parent} of the {what} file does not exist; create it first")
     check_writable_dir(parent, what)
@@ -128,6 +174,10 @@ def atomic_write_path(path: str | os.PathLike[str]) -> contextlib.AbstractContex
 
 @contextlib.contextmanager
 def _atomic_path(p: Path) -> Iterator[str]:
+    problem = output_problem(p)
+    if problem:
+        raise InputError(problem)
+    p = target_of(p)  # a link to a regular file (or to a new path) is written through, the link kept
     folder = p.parent if str(p.parent) else Path(".")
     try:
         old_mode = stat.S_IMODE(os.stat(p).st_mode)

@@ -1,8 +1,10 @@
 """`collapse-hpo forecast` run in-process: the README example as it is, --json, files, and bad input."""
 
 import json
+import os
 import re
 import shlex
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +135,25 @@ def test_calibrate_reports_when_it_cannot_fit_a_law(example, capsys, tmp_path):
     forecast_err = main(["forecast", "--surrogate", str(tmp_path / "s.json"), "--params", "5e8", "--tokens",
                          "2e10", "--tau", "0.1"])
     assert forecast_err == 2 and "calibrate it with model sizes" in capsys.readouterr().err
+
+
+def test_forecast_files_keep_the_umask_and_a_bad_plot_path_leaves_no_csv(example, capsys):
+    """Issue 23 item 2: the files get 0666 less the umask (they were 0600), and every output is checked
+    before any is written (a --plot onto a FIFO used to leave the --csv written, and replace the FIFO)."""
+    d, _ = example
+    base = ["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10",
+            "--tau", "0.1"]
+    mask = os.umask(0o022)
+    try:
+        assert main([*base, "--csv", str(d / "m.csv"), "--plot", str(d / "m.png")]) == 0
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((d / "m.csv").stat().st_mode) == 0o644 == stat.S_IMODE((d / "m.png").stat().st_mode)
+    fifo = d / "plot.fifo"
+    os.mkfifo(fifo)
+    capsys.readouterr()
+    assert main([*base, "--csv", str(d / "first.csv"), "--plot", str(fifo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a FIFO" in err[0], err
+    assert not (d / "first.csv").exists() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    fifo.unlink()

@@ -105,19 +105,19 @@ def _plot_bytes(fc) -> bytes:
     return buf.getvalue()
 
 
-def _write_atomic(path, data: bytes) -> None:
-    import os
-    import tempfile
+def _write_all(files: dict) -> None:
+    """Write every ``path: bytes`` with the atomic writer (mode 0666 less the umask, or the old file's),
+    all or nothing: each goes to its temporary file first, and the files replace their targets only once
+    every one was written."""
+    import contextlib
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from collapse_hpo.predictors.atomic import atomic_write_path
+
+    with contextlib.ExitStack() as stack:
+        for path, data in files.items():
+            tmp = stack.enter_context(atomic_write_path(path))
+            with open(tmp, "wb") as fh:
+                fh.write(data)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,17 +125,13 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from collapse_hpo.hpo.commands._common import check_outputs
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.forecast import forecast
     from collapse_hpo.predictors.schedules import KINDS, Schedule
     from collapse_hpo.predictors.surrogate import Surrogate
 
-    outs = [Path(p) for p in (args.csv, args.plot) if p is not None]
-    for p in outs:
-        if p.is_dir():
-            raise InputError(f"{p}: is a folder; give a file path")
-        if not p.parent.is_dir():
-            raise InputError(f"{p}: folder {p.parent} does not exist; create it or choose another path")
+    check_outputs(args.csv, args.plot, what="forecast output")  # every output, before any work
     kind = args.schedule.strip().lower()
     if kind not in KINDS or kind == "data":
         raise InputError(f"--schedule must be one of linear, cosine, wsd, constant, got {args.schedule!r}")
@@ -150,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
         files[Path(args.csv)] = _csv_text(fc).encode()
     if args.plot is not None:
         files[Path(args.plot)] = _plot_bytes(fc)
-    for path, data in files.items():
-        _write_atomic(path, data)
+    _write_all(files)
     if args.json:
         print(json.dumps(fc.summary(), allow_nan=False))
         return 0

@@ -580,7 +580,9 @@ class SweepConfig(_Strict):
             return self.storage
         if os.environ.get(STORAGE_ENV):
             return "${" + STORAGE_ENV + "}"
-        return f"sqlite:///{results_dir / 'study.db'}"
+        from collapse_hpo.hpo.urls import sqlite_url
+
+        return sqlite_url(results_dir / "study.db")
 
     def reference_path(self) -> Path | None:
         """The surrogate file of a ``surrogate`` reference, resolved against the sweep file's folder."""

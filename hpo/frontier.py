@@ -199,13 +199,13 @@ def format_frontier(points: Sequence[FrontierPoint]) -> str:
 
 def write_frontier_csv(path: str | os.PathLike[str], points: Sequence[FrontierPoint]) -> None:
     """Write every point as CSV, atomically."""
-    import csv
 
+    from collapse_hpo.predictors import spreadsheet
     from collapse_hpo.predictors.atomic import atomic_write
 
     keys = list(FrontierPoint.__dataclass_fields__)
     with atomic_write(Path(path), "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
+        w = spreadsheet.DictWriter(fh, fieldnames=keys)
         w.writeheader()
         for p in points:
             w.writerow(p.row())

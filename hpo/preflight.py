@@ -30,7 +30,15 @@ from typing import Any
 
 from collapse_hpo.hpo.config import SweepConfig
 from collapse_hpo.hpo.storage_errors import StorageFault
-from collapse_hpo.hpo.urls import STORAGE_ENV, has_password, mask_text, mask_url, resolve_url, url_problem
+from collapse_hpo.hpo.urls import (
+    STORAGE_ENV,
+    has_password,
+    mask_text,
+    mask_url,
+    resolve_url,
+    sqlite_file,
+    url_problem,
+)
 from collapse_hpo.predictors.atomic import check_writable_dir
 from collapse_hpo.predictors.errors import InputError
 
@@ -257,7 +265,7 @@ def check_reference(sweep: SweepConfig, prune: bool) -> None:
         if problem:
             raise field_error(sweep, field, problem)
         if url.startswith("sqlite"):
-            path = Path(_sqlite_path(url))
+            path = sqlite_file(url) or Path()
             if not path.is_file():
                 raise field_error(sweep, field, f"{path} does not exist; give the storage of the reference "
                                   "study")
@@ -312,10 +320,6 @@ def check_results_dir(sweep: SweepConfig, results: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- storage
-def _sqlite_path(url: str) -> str:
-    return url.split(":///", 1)[-1].split("?", 1)[0]
-
-
 def _check_sqlite_file(sweep: SweepConfig, field: str, path: Path) -> None:
     if path.is_dir():
         raise field_error(sweep, field, f"{path} is a folder; give a file name (sqlite:///{path}/study.db)")
@@ -388,7 +392,7 @@ def check_storage(sweep: SweepConfig, url: str, results: Path | None = None) -> 
     if problem:
         raise field_error(sweep, field, problem)
     if url.startswith("sqlite"):
-        path = Path(_sqlite_path(url))
+        path = sqlite_file(url) or Path()
         if path.exists():
             _check_sqlite_file(sweep, field, path)
             return

@@ -507,14 +507,14 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
 
 def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]) -> None:
     """Write the summaries as CSV, atomically (temp file + os.replace)."""
-    import csv
 
     path = Path(path)
     keys = list(summaries[0].row()) if summaries else [f.name for f in Summary.__dataclass_fields__.values()]
+    from collapse_hpo.predictors import spreadsheet
     from collapse_hpo.predictors.atomic import atomic_write
 
     with atomic_write(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
+        w = spreadsheet.DictWriter(fh, fieldnames=keys)
         w.writeheader()
         for s in summaries:
             w.writerow(s.row())

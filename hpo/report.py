@@ -13,7 +13,6 @@ interrupted sweep alike. Files (written atomically):
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
+from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path, check_writable_file
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
@@ -164,7 +164,7 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute) -> list[str]:
 def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
     """Write the trial rows as CSV (columns `COLUMNS`), atomically."""
     with atomic_write(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+        w = spreadsheet.DictWriter(fh, fieldnames=list(COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})

@@ -39,7 +39,7 @@ from collapse_hpo.hpo.config import SweepConfig
 from collapse_hpo.hpo.lease import SweepLease, retry_races
 from collapse_hpo.hpo.preflight import preflight, slots
 from collapse_hpo.hpo.progress import Progress, human_tokens
-from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url
+from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url, sqlite_file
 from collapse_hpo.predictors.atomic import clean_stale_tmp, describe_os_error
 from collapse_hpo.predictors.errors import InputError
 
@@ -77,9 +77,8 @@ def locate(sweep: SweepConfig, results: str | os.PathLike[str] | None = None, *,
 
 
 def _sqlite_parent(url: str) -> Path | None:
-    if not url.startswith("sqlite"):
-        return None
-    return Path(url.split(":///", 1)[-1]).parent
+    path = sqlite_file(url)
+    return None if path is None else path.parent
 
 
 def make_sampler(sweep: SweepConfig, *, warn: bool = False) -> optuna.samplers.BaseSampler:

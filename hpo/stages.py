@@ -30,13 +30,13 @@ each draw came from, and its transferred params) is stored in stage 2's study (u
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.config import STAGE_SUFFIX, SweepConfig
+from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
 
@@ -430,7 +430,7 @@ def stages_summary(sweep: SweepConfig, study1: optuna.Study, study2: optuna.Stud
 def write_transfer_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
     """The transfer rows as CSV (columns `TRANSFER_COLUMNS`), atomically."""
     with atomic_write(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(TRANSFER_COLUMNS))
+        w = spreadsheet.DictWriter(fh, fieldnames=list(TRANSFER_COLUMNS))
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if r[k] is None else r[k]) for k in TRANSFER_COLUMNS})

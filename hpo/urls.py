@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from pathlib import Path
 from urllib.parse import quote, unquote
 
 from collapse_hpo.predictors.errors import InputError
@@ -86,6 +87,26 @@ def url_problem(url: str) -> str | None:
     if not database:
         return f"{shown!r} names no database; give {scheme}://USER@HOST/DATABASE"
     return None
+
+
+#: Characters of a file path kept as they are in a SQLite URL; the others (``?``, ``#``, ``%``, ...) are
+#: percent-encoded, which SQLAlchemy decodes: ``res?x=1`` would otherwise start the URL's query string.
+_SQLITE_PATH_SAFE = "/-_.~ ,=:@!$&'()*;[]"
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The SQLite URL of the file ``path`` (absolute or relative), with the characters that a URL reads
+    specially percent-encoded; `sqlite_file` gives ``path`` back."""
+    return "sqlite:///" + quote(os.fspath(path), safe=_SQLITE_PATH_SAFE)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (query string dropped, percent-encoding decoded, as SQLAlchemy
+    reads it), or None for another scheme."""
+    if not url.startswith("sqlite"):
+        return None
+    _, sep, rest = url.partition(":///")
+    return Path(unquote(rest.split("?", 1)[0])) if sep else None
 
 
 def resolve_url(url: str, where: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import LR_ROUNDING, Schedule
@@ -206,7 +207,7 @@ def read_curves_csv(path: str | os.PathLike[str]) -> list[Curve]:
                     raise InputError(
                         f"{where}: row has {len(row)} fields; column(s) {', '.join(short)} missing"
                     )
-                run = row[col["run"]].strip()
+                run = spreadsheet.unescape(row[col["run"]].strip()).strip()
                 if not run:
                     raise InputError(f"{where}: column 'run' is empty; give the run's name")
                 t = _parse_float(row[col["t_hat"]], where, "t_hat", allow_empty=False)
@@ -336,7 +337,7 @@ def write_curves_csv(path: str | os.PathLike[str], curves: list[Curve]) -> None:
     """
     sizes = any(c.params is not None for c in curves)
     with atomic_write(path, "w", newline="") as fh:
-        w = csv.writer(fh)
+        w = spreadsheet.writer(fh)  # a run name such as "=x" is written "'=x" (read back as "=x")
         w.writerow(REQUIRED_COLUMNS + (("params",) if sizes else ()))
         for c in curves:
             lr = c.lr if c.lr is not None else np.asarray(c.schedule(c.t_hat), dtype=float)

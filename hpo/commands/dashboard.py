@@ -63,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
     reference = None
     references: dict[str, object] = {}
     if args.sweep is not None:
-        from pathlib import Path
 
         from collapse_hpo.hpo.config import load_sweep
         from collapse_hpo.hpo.preflight import check_storage
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         loc = locate(sweep, args.results, no_prune=args.no_prune)
         check_storage(sweep, loc.storage_url, loc.results)
         url = resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'")
-        if url.startswith("sqlite") and not Path(url.split(":///", 1)[-1]).is_file():
+        if url.startswith("sqlite") and not _sqlite_file_exists(url):
             raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run "
                              f"{sweep.source}` first")
         try:
@@ -136,6 +135,7 @@ def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dic
 
 def _sqlite_file_exists(url: str) -> bool:
     """Whether the file of a sqlite:/// URL exists."""
-    from pathlib import Path
+    from collapse_hpo.hpo.urls import sqlite_file
 
-    return Path(url.split(":///", 1)[-1]).is_file()
+    path = sqlite_file(url)
+    return path is not None and path.is_file()

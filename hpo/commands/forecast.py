@@ -72,13 +72,16 @@ def _csv_text(fc) -> str:
     """The forecast as curve CSV text (run, t_hat, loss, lr, tau, tpp) plus the band columns low, high."""
     import io
 
+    from collapse_hpo.predictors import spreadsheet
+
     out = io.StringIO()
-    out.write("run,t_hat,loss,lr,tau,tpp,low,high\n")
+    w = spreadsheet.writer(out, lineterminator="\n")
+    w.writerow(["run", "t_hat", "loss", "lr", "tau", "tpp", "low", "high"])
     lr = fc.schedule(fc.t_hat)
     tau = "" if fc.tau is None else repr(float(fc.tau))
     for t, y, e, lo, hi in zip(fc.t_hat, fc.loss, lr, fc.loss_low, fc.loss_high):
-        vals = ",".join(repr(float(v)) for v in (t, y, e))
-        out.write(f"forecast,{vals},{tau},{float(fc.tpp)!r},{float(lo)!r},{float(hi)!r}\n")
+        w.writerow(["forecast", *(repr(float(v)) for v in (t, y, e)), tau, repr(float(fc.tpp)),
+                    repr(float(lo)), repr(float(hi))])
     return out.getvalue()
 
 

@@ -149,12 +149,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  collapse: {res.alarm.reason}")
         print(f"  raw loss: {raw.reason}")
     if args.csv:
-        import csv
 
+        from collapse_hpo.predictors import spreadsheet
         from collapse_hpo.predictors.atomic import atomic_write
 
         with atomic_write(args.csv, "w", newline="") as fh:
-            w = csv.writer(fh)
+            w = spreadsheet.writer(fh)
             w.writerow(["run", "t_hat", "residual"])
             for c, res, _ in results:
                 for t, v in zip(res.t_hat, res.residual):

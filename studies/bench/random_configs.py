@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -41,6 +40,7 @@ sys.path.insert(0, str(HERE))
 
 from evidence_train import RunSpec, load_family, run_plan  # noqa: E402
 
+from collapse_hpo.predictors import spreadsheet  # noqa: E402
 from collapse_hpo.predictors.curves import write_curves_csv  # noqa: E402
 
 FAMILY = "random"
@@ -117,7 +117,7 @@ def export(cache: Path, out: Path, specs: list[RunSpec], seeds: list[int], comma
             write_curves_csv(path, sel)
             written.append(path)
     with atomic_write(out / f"runs_{FAMILY}.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
+        w = spreadsheet.writer(fh)
         w.writerow(["run", "sweep_seed", "lr", "weight_decay", "batch_tokens", "warmup", "schedule", "seed",
                     "tau", "total_tokens", "params_non_embedding", "final_loss"])
         for r in specs:

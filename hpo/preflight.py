@@ -343,7 +343,10 @@ def check_sqlite_integrity(path: Path) -> None:
     from collapse_hpo.hpo.storage_errors import DAMAGED_ADVICE, classify
 
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=CONNECT_TIMEOUT_S)
+        from urllib.parse import quote
+
+        # A URI: '?' or '#' in the path would start its query (and open, or create, another file).
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=CONNECT_TIMEOUT_S)
     except sqlite3.Error:
         return  # unreadable here (e.g. permissions): the storage's own errors say why later
     try:

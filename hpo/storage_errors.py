@@ -132,8 +132,10 @@ class SpaceReserve:
 
     def __init__(self, storage_url: str) -> None:
         self.path: Path | None = None
-        if storage_url.startswith("sqlite:///"):
-            db = Path(storage_url.split(":///", 1)[1].split("?", 1)[0])
+        from collapse_hpo.hpo.urls import sqlite_file
+
+        db = sqlite_file(storage_url)  # percent-encoding decoded: the default URL encodes odd folder names
+        if db is not None:
             self.path = db.with_name(f".{db.name}.reserve")
 
     def keep(self) -> None:

@@ -359,7 +359,7 @@ class OnlineReference:
                 return latest
         if self._prior is None:
             return None, why
-        return self._tested_prior(trials, defaults)
+        return self._tested_prior(trials, defaults, why)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the background refit (if any) is idle; True when it is. For tests and benchmarks."""
@@ -405,13 +405,17 @@ class OnlineReference:
             return surrogate, label
 
     def _tested_prior(
-        self, trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
-    ) -> tuple[Surrogate, str]:
+        self, trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, why: str
+    ) -> tuple[Surrogate | None, str]:
         """The prior tested on the sweep's curves that reached ``MIN_REACH`` (cached while they did not move
-        past another ``REACH_STEP``)."""
+        past another ``REACH_STEP``); (None, ``why`` and the reason) when the prior cannot predict one of the
+        sweep's trials (e.g. a τ law and a trial without weight decay): a surrogate that fails on a trial
+        would keep it where the loss ratio of equal-controls trials, which needs none, could judge it."""
         assert self._prior is not None
         prior, name = self._prior
-        candidates = _reaching(trials, defaults)
+        candidates, unserved = _reaching(trials, defaults, prior)
+        if unserved is not None:
+            return None, f"{why}; the prior {name!r} cannot predict {unserved}"
         key = tuple((number, reach) for number, reach, _ in candidates)
         with self._lock:
             if self._tested is not None and self._tested[0] == key:
@@ -464,22 +468,34 @@ def _stored_fit(study: optuna.study.Study) -> tuple[Surrogate, str] | None:
 
 
 def _reaching(
-    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
-) -> list[tuple[int, float, Curve]]:
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, prior: Surrogate
+) -> tuple[list[tuple[int, float, Curve]], str | None]:
     """Trials whose curves can test the prior (``predictors.prior.reaching_curves``): (number, reach, curve),
-    the furthest-reaching first. Reads each trial's last report only, and builds curves for those kept."""
+    the furthest-reaching first; and which trial the prior cannot predict, with why (None when it can predict
+    every trial with reports). Reads each trial's last report and controls; builds curves for those kept."""
     reach: list[tuple[float, int, Any]] = []
+    served: dict[tuple[bool, bool], str | None] = {}
     for t in trials:
         values = t.intermediate_values
-        if len(values) < 3:
+        if not values:
             continue
-        skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
-        last = max((s for s in values if s != skip), default=None)
         try:
-            total = defaults.merged(t.user_attrs, f"trial {t.number}").total
+            controls = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError:
             continue
-        if last is None or not total:
+        kind = (controls.tau is None, controls.tpp is None)  # what a law can refuse
+        if kind not in served:
+            try:
+                prior.b(controls.tau), prior.q(controls.tpp)
+                served[kind] = None
+            except (InputError, ValueError) as err:
+                served[kind] = str(err)
+        if served[kind] is not None:
+            return [], f"trial {t.number} ({served[kind]})"
+        skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
+        last = max((s for s in values if s != skip), default=None)
+        total = controls.total
+        if len(values) < 3 or last is None or not total:
             continue
         r = math.floor(min(last / total, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
         if r >= MIN_REACH - 1e-9:
@@ -495,7 +511,7 @@ def _reaching(
             continue
         for curve, r in reaching_curves([c]):
             out.append((number, r, curve))
-    return out
+    return out, None
 
 
 class _Refitter:

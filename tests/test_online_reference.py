@@ -171,3 +171,19 @@ def test_no_prior_means_no_prediction_before_the_first_fit(prior):
     study = optuna.create_study()
     surrogate, why = ref.get(study, reference_module.TrialControls())
     assert surrogate is None and "need 3" in why and ref.prior is None
+
+
+def test_a_prior_that_cannot_predict_a_trial_steps_aside():
+    """The builtin prior's b follows a τ law: a trial without weight decay (τ None) cannot be predicted by it.
+    Served anyway, every judgement of such a trial would fail to predict and keep it, where the loss ratio of
+    equal-controls trials (which needs no surrogate) can judge it: the reference gives no surrogate, and says
+    why."""
+    study = optuna.create_study()
+    for number in range(2):
+        trial = study.ask()
+        set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=None, tpp=TPP)
+        for i in range(1, 9):
+            trial.report(3.0 - 0.1 * i, step=TOTAL * i // REPORTS)
+    ref = OnlineReference(min_trials=3, refit="inline")
+    surrogate, why = ref.get(study, reference_module.TrialControls())
+    assert surrogate is None and "need 3" in why and "cannot predict trial 0" in why

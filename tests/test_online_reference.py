@@ -179,7 +179,7 @@ def test_a_prior_that_cannot_predict_a_trial_steps_aside():
     equal-controls trials (which needs no surrogate) can judge it: the reference gives no surrogate, and says
     why."""
     study = optuna.create_study()
-    for number in range(2):
+    for _ in range(2):
         trial = study.ask()
         set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=None, tpp=TPP)
         for i in range(1, 9):

@@ -78,6 +78,10 @@ def misfit_ratio(residual: float | None, reference: float | None) -> float | Non
     return float(residual) / float(reference)
 
 
+#: The widened interval's bounds stay within e^±LOG_CAP (finite floats).
+LOG_CAP = 700.0
+
+
 def collapses(misfit: float | None, limit: float = MISFIT_LIMIT) -> bool:
     """Whether a prediction's curve collapses onto the reference shape: misfit <= ``limit`` (True when the
     misfit is unknown)."""
@@ -103,7 +107,11 @@ def shown_interval(
     k = misfit / limit
     levels = [v for v in (final_loss, current_loss, lowest_loss)
               if v is not None and math.isfinite(v) and v > 0]
-    return min(levels) * (low / final_loss) ** k, max(levels) * (high / final_loss) ** k
+    # In logs, capped: a misfit of hundreds (a curve far off the reference's shape) raises the margins to a
+    # power that overflows a float; the interval is then (near 0, huge), still a number to show.
+    lo = math.log(min(levels)) + k * math.log(low / final_loss)
+    hi = math.log(max(levels)) + k * math.log(high / final_loss)
+    return math.exp(max(lo, -LOG_CAP)), math.exp(min(hi, LOG_CAP))
 
 
 def misfit_note(misfit: float, fraction: float | None = None) -> str:

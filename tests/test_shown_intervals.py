@@ -231,3 +231,12 @@ def test_collapse_hpo_predict_shows_the_widened_interval_and_the_note(reference,
     lines = capsys.readouterr().out.splitlines()
     assert NOT_COLLAPSING in next(x for x in lines if x.startswith("lr_high_s0_01"))
     assert NOT_COLLAPSING not in next(x for x in lines if x.startswith("lr_tau_s0_10"))
+
+
+def test_a_huge_misfit_widens_the_interval_without_overflow():
+    """A curve far off the reference's shape (misfit in the hundreds: an off-family curve against a prior)
+    raised the margins to a power that overflowed a float, and the judgement crashed the sweep."""
+    from collapse_hpo.predictors.misfit import shown_interval
+
+    low, high = shown_interval(2.0, 1.0, 4.0, misfit=5_000.0, current_loss=2.5, lowest_loss=2.2)
+    assert 0.0 <= low < 1.0 and np.isfinite(high) and high > 4.0

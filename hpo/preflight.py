@@ -303,7 +303,8 @@ def _study_names(sweep: SweepConfig, field: str, url: str) -> set[str]:
 # ---------------------------------------------------------------------------------------------- results
 def check_results_dir(sweep: SweepConfig, results: Path) -> None:
     """The results folder exists and is writable, or its nearest existing ancestor is a writable folder
-    (where it will be created). Creates nothing that stays."""
+    (where it will be created); the report files in it are regular files or new (not a device, a FIFO).
+    Creates nothing that stays."""
     where = f"{sweep.source}: results folder {results}"
     probe = results
     while not probe.exists():
@@ -317,6 +318,13 @@ def check_results_dir(sweep: SweepConfig, results: Path) -> None:
         check_writable_dir(probe, "results")
     except InputError as err:
         raise InputError(f"{sweep.source}: {err}; choose another results folder (--results DIR)") from None
+    if results.is_dir():  # the report's files, written at the end: refused now, not after the sweep
+        from collapse_hpo.hpo.report import check_report_outputs
+
+        try:
+            check_report_outputs(results)
+        except InputError as err:
+            raise InputError(f"{sweep.source}: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------- storage

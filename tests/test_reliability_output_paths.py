@@ -120,3 +120,8 @@ def test_report_checks_all_its_files_before_writing_any(tmp_path: Path, capsys: 
     assert len(err) == 1 and "curves.png" in err[0] and "a FIFO" in err[0], err
     assert not (loc.results / "results.csv").exists()
     assert stat.S_ISFIFO(os.lstat(loc.results / "curves.png").st_mode)
+    # `run` and `resume` refuse it before the sweep starts (the report is written at their end).
+    for command in ("run", "resume"):
+        assert cli.main([command, str(sweep_file)]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(err) == 1 and "curves.png" in err[0] and "a FIFO" in err[0], err

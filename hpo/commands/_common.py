@@ -1,9 +1,10 @@
-"""What the curve commands share: printing the reader's notes, and checking output paths before any work."""
+"""What the curve commands share: printing the reader's notes and progress, and checking output paths before
+any work."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -13,6 +14,12 @@ def print_notes(command: str, curves: Iterable[Any]) -> None:
     for c in curves:
         for note in getattr(c, "notes", []):
             print(f"collapse-hpo {command}: note: {note}", file=sys.stderr)
+
+
+def stderr_progress(command: str) -> Callable[[str], None]:
+    """A progress callback for a long read (`read_curves_csv`'s ``progress``): one line on stderr each, as
+    ``collapse-hpo COMMAND: reading FILE: N rows (P% of M MB, S s)``."""
+    return lambda line: print(f"collapse-hpo {command}: {line}", file=sys.stderr, flush=True)
 
 
 def check_outputs(*paths: str | None, what: str = "output") -> None:

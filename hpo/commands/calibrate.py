@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     """Read the curves, calibrate, print the fit table and write the surrogate."""
     from pathlib import Path
 
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes
+    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
     from collapse_hpo.predictors.calibrate import calibrate
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist; create it or choose another -o path")
     check_outputs(args.output, what="surrogate")
-    curves = read_curves_csv(args.curves)
+    curves = read_curves_csv(args.curves, progress=stderr_progress("calibrate"))
     for c in curves:
         if c.diverged_at is not None:
             raise InputError(f"{args.curves}: run {c.run!r} diverged at t_hat={c.diverged_at:g} (a NaN, inf "

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from collapse_hpo.hpo.commands._common import stderr_progress
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.predict import Prediction, predict_final_loss
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.commands._common import print_notes
     from collapse_hpo.predictors.misfit import collapses, misfit_note
 
-    curves = read_curves_csv(args.curves)
+    curves = read_curves_csv(args.curves, progress=stderr_progress("predict"))
     print_notes("predict", curves)
     results = []
     for c in curves:

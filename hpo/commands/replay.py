@@ -58,6 +58,7 @@ def default_jobs() -> int:
 def run(args: argparse.Namespace) -> int:
     """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
     from collapse_hpo.hpo import peers
+    from collapse_hpo.hpo.commands._common import stderr_progress
     from collapse_hpo.hpo.replay import (
         format_table,
         make_sweep,
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.commands._common import check_outputs, print_notes
 
     check_outputs(args.csv, args.plot, what="replay output")
-    curves = read_curves_csv(args.curves)
+    curves = read_curves_csv(args.curves, progress=stderr_progress("replay"))
     print_notes("replay", curves)
     sweep = make_sweep(curves, n_reports=args.reports,
                        name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
@@ -137,7 +138,7 @@ def _frontier(args: argparse.Namespace, jobs: int) -> int:
     """`replay --frontier`: every setting of each family's knob grid, the table and the coverage lines."""
     from collapse_hpo.hpo import frontier as fr
     from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes
+    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
     from collapse_hpo.hpo.replay import make_sweep
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
@@ -153,7 +154,7 @@ def _frontier(args: argparse.Namespace, jobs: int) -> int:
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
             raise InputError(f"replay: output folder of {out} does not exist; create it first")
     check_outputs(args.csv, args.plot, what="replay output")
-    curves = read_curves_csv(args.curves)
+    curves = read_curves_csv(args.curves, progress=stderr_progress("replay"))
     print_notes("replay", curves)
     sweep = make_sweep(curves, n_reports=args.reports,
                        name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)

@@ -6,8 +6,12 @@ TPP). The rule is ``predictors.residuals``: early-align divisor on ``--align``, 
 alarm when r > ``--threshold`` for ``--persistence`` reports. The raw-loss rule (smoothed loss above its
 running minimum by ``--raw-margin``) is printed beside it. A run whose loss turns NaN or inf (or beyond any
 training loss) raises the alarm at that point: "diverged". Exit status 1 when an alarm fired, 0 when not,
-2 on bad input. With ``--follow`` it re-reads the file until every run has reached t̂ = 1 (its last row,
-with or without a loss) or diverged, or an alarm fired.
+2 on bad input, 3 when ``--follow`` stopped at its ``--timeout`` or ``--idle`` limit before the runs ended.
+
+With ``--follow`` it reads the rows the run appends (`hpo.follow.FollowedCurves`: a half-written last row is
+waited for, a truncated or rotated file is followed like ``tail -F``, a missing one is waited for) every
+``--interval`` seconds until every run has reached t̂ = 1 (its last row, with or without a loss) or diverged,
+an alarm fired, ``--timeout`` seconds passed, or no new row came for ``--idle`` seconds (default 3600).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import os
 import sys
 import time
 
+IDLE_S = 3600.0
+#: Exit status when --follow stopped at its --timeout or --idle limit before every run ended.
+EXIT_STOPPED = 3
 HELP = "check a logged or live run against a reference curve and raise an alarm on deviation from collapse"
 
 
@@ -43,8 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw-margin", type=float, default=0.01,
                         help="raw-loss rule: relative rise above the running minimum (default 0.01)")
     parser.add_argument("--follow", action="store_true",
-                        help="live: re-read the file every --interval seconds until the run ends or alarms")
+                        help="live: read the rows the run appends every --interval seconds (a half-written "
+                        "last row is waited for; a truncated, rotated or missing file is followed like "
+                        "tail -F) until every run ends or an alarm fires, or the --timeout or --idle limit "
+                        "(then exit 3)")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between re-reads with --follow")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="with --follow: stop after this many seconds in all (default: no limit)")
+    parser.add_argument("--idle", type=float, default=IDLE_S,
+                        help=f"with --follow: stop when no new row came for this many seconds (default "
+                        f"{IDLE_S:g}: a run that stopped logging)")
     parser.add_argument("--csv", default=None, help="write t_hat, residual per run as CSV here")
 
 
@@ -52,6 +67,7 @@ def _reference_fn(args: argparse.Namespace):
     """A function curve -> (ref_t_hat, ref_ell) for the chosen reference."""
     import numpy as np
 
+    from collapse_hpo.hpo.commands._common import stderr_progress
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.residuals import normalized_reference
@@ -62,7 +78,7 @@ def _reference_fn(args: argparse.Namespace):
         sur = Surrogate.load(args.surrogate)
         grid = np.linspace(0.0, 1.0, 1001)
         return lambda c: (grid, sur.normalized(grid, c.schedule, c.tau, c.tpp))
-    refs = read_curves_csv(args.reference)
+    refs = read_curves_csv(args.reference, progress=stderr_progress("monitor"))
     if args.reference_run is not None:
         refs = [c for c in refs if c.run == args.reference_run]
         if not refs:
@@ -81,17 +97,13 @@ def _reference_fn(args: argparse.Namespace):
     return lambda c: ref
 
 
-def _check_all(args: argparse.Namespace, rule, ref_of) -> list[tuple]:
-    from collapse_hpo.hpo.commands._common import print_notes
-    from collapse_hpo.predictors.curves import read_curves_csv
+def _check_all(args: argparse.Namespace, rule, ref_of, curves: list) -> list[tuple]:
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.residuals import raw_loss_alarm, residuals
 
-    curves = read_curves_csv(args.curves)
-    print_notes("monitor", curves)
     if args.run:
         missing = [r for r in args.run if r not in {c.run for c in curves}]
-        if missing:
+        if missing and not args.follow:  # a live file may not have reached that run yet
             raise InputError(f"{args.curves}: no run named {missing[0]!r}; check --run")
         curves = [c for c in curves if c.run in args.run]
     out = []
@@ -109,7 +121,8 @@ def _check_all(args: argparse.Namespace, rule, ref_of) -> list[tuple]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check every run; print one line per run. Exit 1 when any alarm fired."""
+    """Check every run; print one line per run. Exit 1 when any alarm fired, 3 when --follow stopped at a
+    limit first."""
     import numpy as np
 
     from collapse_hpo.predictors.errors import InputError
@@ -117,23 +130,25 @@ def run(args: argparse.Namespace) -> int:
 
     rule = AlarmRule(align=tuple(args.align), threshold=args.threshold, persistence=args.persistence,
                      smooth=args.smooth, two_sided=args.two_sided)
-    if args.interval <= 0:
-        raise InputError(f"monitor: --interval must be positive, got {args.interval}")
+    for name, value in (("--interval", args.interval), ("--timeout", args.timeout), ("--idle", args.idle)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InputError(f"monitor: {name} must be a positive number of seconds, got {value}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise InputError(f"monitor: output folder of {args.csv} does not exist; create it first")
     from collapse_hpo.hpo.commands._common import check_outputs
 
     check_outputs(args.csv, what="residual CSV")
     ref_of = _reference_fn(args)
-    while True:
-        results = _check_all(args, rule, ref_of)
-        done = all(_ended(c) for c, _, _ in results)
-        fired = any(res.alarm.fired or c.diverged_at is not None for c, res, _ in results)
-        if not args.follow or done or fired:
-            break
-        last = max((c.last_t_hat for c, _, _ in results), default=float("nan"))
-        print(f"monitor: t_hat={last:.3f}, no alarm yet; next check in {args.interval:g} s", file=sys.stderr)
-        time.sleep(args.interval)
+    if args.follow:
+        results, stopped = _follow(args, rule, ref_of)
+    else:
+        from collapse_hpo.hpo.commands._common import print_notes, stderr_progress
+        from collapse_hpo.predictors.curves import read_curves_csv
+
+        curves = read_curves_csv(args.curves, progress=stderr_progress("monitor"))
+        print_notes("monitor", curves)
+        results, stopped = _check_all(args, rule, ref_of, curves), None
+    fired = any(res.alarm.fired or c.diverged_at is not None for c, res, _ in results)
     print(f"{'run':<28} {'t_hat':>6} {'divisor':>9} {'max r':>8} {'alarm t̂':>8} {'raw-loss t̂':>10}")
     for c, res, raw in results:
         r = res.residual[np.isfinite(res.residual)]
@@ -159,7 +174,57 @@ def run(args: argparse.Namespace) -> int:
             for c, res, _ in results:
                 for t, v in zip(res.t_hat, res.residual):
                     w.writerow([c.run, f"{t:.6g}", "" if not math.isfinite(v) else f"{v:.6g}"])
+    if stopped is not None and not fired:
+        print(f"monitor: {stopped}", file=sys.stderr)
+        return EXIT_STOPPED
     return 1 if fired else 0
+
+
+def _follow(args: argparse.Namespace, rule, ref_of) -> tuple[list[tuple], str | None]:
+    """`--follow`: poll the live file until every run ended or an alarm fired (None), or a limit stopped it
+    (the reason); the results of the last check."""
+    from collapse_hpo.hpo.follow import FollowedCurves
+
+    live = FollowedCurves(args.curves)
+    started = last_row = time.monotonic()
+    noted: set[str] = set()
+    results: list[tuple] = []
+    try:
+        while True:
+            if live.poll():
+                last_row = time.monotonic()
+            for event in live.events:
+                print(f"monitor: {event}", file=sys.stderr)
+            live.events.clear()
+            curves = live.curves()
+            if curves is not None:
+                for c in curves:  # each note once, not at every check
+                    for note in c.notes:
+                        if note not in noted and "resampled" not in note:
+                            noted.add(note)
+                            print(f"collapse-hpo monitor: note: {note}", file=sys.stderr)
+                results = _check_all(args, rule, ref_of, curves)
+                wanted = set(args.run or ()) - {c.run for c, _, _ in results}
+                done = bool(results) and not wanted and all(_ended(c) for c, _, _ in results)
+                if done or any(res.alarm.fired or c.diverged_at is not None for c, res, _ in results):
+                    return results, None
+            now = time.monotonic()
+            if args.timeout is not None and now - started >= args.timeout:
+                return results, (f"stopped after --timeout {args.timeout:g} s before the run(s) ended "
+                                 f"({_where(results)})")
+            if now - last_row >= args.idle:
+                return results, (f"stopped: no new row in {args.curves} for --idle {args.idle:g} s "
+                                 f"({_where(results)})")
+            print(f"monitor: {_where(results)}, no alarm yet; next check in {args.interval:g} s",
+                  file=sys.stderr)
+            time.sleep(args.interval)
+    finally:
+        live.close()
+
+
+def _where(results: list[tuple]) -> str:
+    last = max((c.last_t_hat for c, _, _ in results), default=float("nan"))
+    return "no rows yet" if not results else f"t_hat={last:.3f}"
 
 
 def _ended(c) -> bool:

@@ -58,16 +58,13 @@ def default_jobs() -> int:
 def run(args: argparse.Namespace) -> int:
     """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
     from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.commands._common import stderr_progress
     from collapse_hpo.hpo.replay import (
         format_table,
-        make_sweep,
         markdown_table,
         plot_compute_regret,
         replay,
         write_summary_csv,
     )
-    from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
 
     if args.family is not None and not args.frontier:
@@ -102,16 +99,7 @@ def run(args: argparse.Namespace) -> int:
     for name, why in peers.unavailable(chosen).items():  # a peer's library is a dev extra, not a dependency
         print(f"replay: {name} skipped: {why}", file=sys.stderr)
         chosen = [n for n in chosen if n != name]
-    for out in (args.csv, args.plot):
-        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            raise InputError(f"replay: output folder of {out} does not exist; create it first")
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes
-
-    check_outputs(args.csv, args.plot, what="replay output")
-    curves = read_curves_csv(args.curves, progress=stderr_progress("replay"))
-    print_notes("replay", curves)
-    sweep = make_sweep(curves, n_reports=args.reports,
-                       name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
+    sweep = _read_sweep(args)
     surrogate = None
     needs = [n for n in chosen if n in peers.REFERENCE_PRUNERS]
     if needs:
@@ -134,13 +122,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_sweep(args: argparse.Namespace):
+    """Check the output paths, read the curves (a long read's progress and the reader's notes on stderr) and
+    put them on the report grid (`hpo.replay.make_sweep`)."""
+    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
+    from collapse_hpo.hpo.replay import make_sweep
+    from collapse_hpo.predictors.curves import read_curves_csv
+    from collapse_hpo.predictors.errors import InputError
+
+    for out in (args.csv, args.plot):
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise InputError(f"replay: output folder of {out} does not exist; create it first")
+    check_outputs(args.csv, args.plot, what="replay output")
+    curves = read_curves_csv(args.curves, progress=stderr_progress("replay"))
+    print_notes("replay", curves)
+    return make_sweep(curves, n_reports=args.reports,
+                      name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
+
+
 def _frontier(args: argparse.Namespace, jobs: int) -> int:
     """`replay --frontier`: every setting of each family's knob grid, the table and the coverage lines."""
     from collapse_hpo.hpo import frontier as fr
     from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
-    from collapse_hpo.hpo.replay import make_sweep
-    from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
 
     families = list(dict.fromkeys(args.family or peers.FRONTIER_KNOBS))
@@ -150,14 +153,7 @@ def _frontier(args: argparse.Namespace, jobs: int) -> int:
                          f"{', '.join(peers.FRONTIER_KNOBS)} (--family list shows their knobs)")
     if args.markdown:
         raise InputError("replay: --markdown is for the pruner table; --frontier prints its own table")
-    for out in (args.csv, args.plot):
-        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            raise InputError(f"replay: output folder of {out} does not exist; create it first")
-    check_outputs(args.csv, args.plot, what="replay output")
-    curves = read_curves_csv(args.curves, progress=stderr_progress("replay"))
-    print_notes("replay", curves)
-    sweep = make_sweep(curves, n_reports=args.reports,
-                       name=os.path.splitext(os.path.basename(args.curves))[0], source=args.curves)
+    sweep = _read_sweep(args)
     for family, module in peers.FRONTIER_OPTIONAL.items():
         if family in families and peers.unavailable_module(module):
             print(f"replay: family {family} skipped: needs the {module!r} package, which is not installed "

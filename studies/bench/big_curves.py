@@ -11,6 +11,9 @@ Usage::
 
     nice -n 10 .venv/bin/python studies/bench/big_curves.py                    # 5M rows, every command
     nice -n 10 .venv/bin/python studies/bench/big_curves.py --rows 1000000 --commands predict
+    # before: an export of an older commit, reached through a folder of one link
+    git archive 3a2a4f3 | tar -x -C /tmp/old && mkdir /tmp/oldpkg && ln -s /tmp/old /tmp/oldpkg/collapse_hpo
+    nice -n 10 .venv/bin/python studies/bench/big_curves.py --commands predict --pythonpath /tmp/oldpkg
 """
 
 from __future__ import annotations
@@ -53,11 +56,13 @@ def write_big_curves(path: str | os.PathLike[str], rows: int, runs: int = 20, se
                                  for a, b, c in zip(t, loss, lr)))
 
 
-def _measure(argv: list[str]) -> tuple[float, float, int, str]:
-    """(wall seconds, peak RSS MiB, exit status, last stderr line) of ``collapse-hpo ARGV`` in a child."""
+def _measure(argv: list[str], pythonpath: str | None = None) -> tuple[float, float, int, str]:
+    """(wall seconds, peak RSS MiB, exit status, last stderr line) of ``collapse-hpo ARGV`` in a child
+    (``pythonpath``: a folder holding another checkout as ``collapse_hpo``, searched first)."""
     code = PEAK_RSS_CHILD
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     peak = [ln for ln in proc.stderr.splitlines() if ln.startswith("PEAK_KB")]
     kb = int(peak[-1].split()[1]) if peak else 0
@@ -71,6 +76,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--commands", nargs="+", default=["predict", "monitor", "calibrate", "replay"])
     ap.add_argument("--keep", default=None, help="write the file here (kept) instead of a temporary folder")
+    ap.add_argument("--pythonpath", default=None,
+                    help="run the commands with another checkout: a folder holding a link collapse_hpo -> "
+                    "it (e.g. main before the change, to measure 'before'); without calibrate among the "
+                    "commands the surrogate is calibrated by this checkout")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.keep) if args.keep else Path(tmp) / "big.csv"
@@ -92,7 +101,8 @@ def main() -> None:
             c for c in args.commands if c != "calibrate"]
         print(f"{'command':<10} {'wall s':>8} {'peak RSS MiB':>13} {'exit':>5}  last stderr line")
         for cmd in order:
-            wall, mib, rc, last = _measure(argvs[cmd])
+            wall, mib, rc, last = _measure(argvs[cmd], None if cmd == "calibrate" and needs_surrogate
+                                           and "calibrate" not in args.commands else args.pythonpath)
             print(f"{cmd:<10} {wall:>8.1f} {mib:>13.0f} {rc:>5}  {last[:100]}")
 
 

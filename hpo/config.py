@@ -240,9 +240,9 @@ class PrunerSpec(_Strict):
     """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
     off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
     ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"), ``margin``
-    (log-ratio by which a competitor must lead at a common fraction: 0.04 = 4%), ``report_prediction`` (give
-    a pruned trial's predicted final loss to the sampler), ``judge_every`` (judge at most once per this
-    fraction of training) and ``reference``."""
+    (the pruner's one knob: log-ratio by which a competitor must lead at a common fraction: 0.04 = 4%),
+    ``report_prediction`` (give a pruned trial's predicted final loss to the sampler), ``judge_every``
+    (judge at most once per this fraction of training) and ``reference``."""
 
     enabled: bool = True
     min_fraction: float = Field(default=0.1, gt=0, lt=1)

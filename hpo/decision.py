@@ -37,7 +37,16 @@ pred_trial(f) · e^h;
 the trial is pruned when its prediction exceeds the ``keep_top_k``-th lowest bar. A competitor without a
 curve (a float, a Prediction), or a surrogate without ``pair_bands``, is compared unpaired
 as above, translated to a bar the same way (bar = pessimistic · pred/low); when no competitor can be
-paired the decision is the interval rule's, with a note saying why. ``comparison="interval"`` is
+paired the decision is the interval rule's, with a note saying why.
+
+During a trial's first judgements (its t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``) every competitor that
+has reached ``min_fraction`` is compared by the loss ratio at the common fraction, whatever its controls,
+with ``margin`` as the whole margin: early in a random search the eventual best is close to the leader,
+later the curves of different controls cross by far more than any affordable margin (BENCHMARKS §13). A
+trial that runs ahead of its competitors is compared at their latest fraction (the common one) and the
+reason says both fractions: where they were compared and where the decision was made. The reason states
+the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
+``comparison="interval"`` is
 the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes at once. A surrogate
 without an error model gives no interval: then
 low = high = the point prediction (no confidence margin; the reason says so). Points past t̂ = 1 are
@@ -70,6 +79,15 @@ COMPARISONS = ("paired", "interval")
 #: in 20 orders of any of them; every sweep in BENCHMARKS.md §5 is out of sample for it.
 DEFAULT_MARGIN = 0.04
 
+#: A trial's first judgements, t̂ ≤ EARLY_JUDGEMENT × min_fraction (0.15 at the default 0.1), compare it with
+#: every competitor by their loss ratio at a common fraction, whatever the controls, with ``margin`` as the
+#: whole margin. In random searches (τ, warm-up, schedule drawn per trial) the eventual best trial was never
+#: more than 0.03 behind the leader at t̂ ≈ 0.1, while the curves cross by 0.1–0.3 later (BENCHMARKS §11, §13):
+#: the early ranking is the reliable one, and the learned all-pairs paired error (≈0.45 at 10%) let almost
+#: nothing be pruned there. 1.5 was chosen on random_s0 (1.2 and 1.5 tried: 0.235 and 0.217 of the compute,
+#: best kept in 20 of 20 orders); random_s1, the λ-fixed, τ-held and surestop sweeps are out of sample.
+EARLY_JUDGEMENT = 1.5
+
 # Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
 T_HAT_END = 1.0 + 1e-9
 
@@ -85,11 +103,14 @@ class PruneSettings:
         keep_top_k: a trial is kept while it could still be among the ``keep_top_k`` best (integer ≥ 1).
         comparison: "paired" (default: predictions at the same fraction, the shared bias cancels) or
             "interval" (each trial's own interval against each competitor's pessimistic bound).
-        margin: the smallest log-ratio by which a competitor must be ahead at a common fraction of training
-            to count as beating the trial (0.04 = 4% of the loss; ``DEFAULT_MARGIN``). It is the whole
-            margin between two trials with equal controls (their ratio of losses at equal t̂ estimates the
-            ratio of final losses; the margin covers the curves crossing later), and a floor under the
-            surrogate's learned paired margin between trials whose controls differ.
+        margin: the pruner's one knob: the lead a competitor must have over the trial, as a log-ratio of
+            losses at a common fraction of training (0.04 = 4%; ``DEFAULT_MARGIN``), to cut it. Smaller
+            prunes more and risks the winner more; larger keeps more. It is the whole margin between trials
+            with equal controls (their loss ratio at equal t̂ estimates the ratio of final losses; the margin
+            covers the curves crossing later) and between any two trials during a trial's first judgements
+            (t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``: the early loss ratio, see the module docstring);
+            later it is a floor under the surrogate's learned paired margin between trials whose controls
+            differ. ``FRONTIER_KNOBS["collapse"]`` in hpo/peers.py sweeps it.
     """
 
     min_fraction: float = 0.1
@@ -644,7 +665,9 @@ def _paired(
         _PAIRED_PREDICTIONS[key] = (surrogate, sched, value)
         return value
 
-    bars: list[tuple[float, int, str]] = []
+    # (bar, competitor index, how compared, the competitor's final loss in this trial's units, margin used)
+    bars: list[tuple[float, int, str, float, float]] = []
+    theirs_final, used_margin = math.nan, 0.0
     n_paired = 0
     log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
     for i, c in enumerate(comps):
@@ -662,7 +685,13 @@ def _paired(
                         log_y = np.log(y)
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
                                                log_cy=c.log_loss())
-                    how = f"loss ratio at t_hat={f:.3g}, equal controls, margin {settings.margin:.3g}"
+                    how = f"loss ratio at t_hat={f:.3g}, equal controls"
+                elif fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9:
+                    if log_y is None:
+                        log_y = np.log(y)
+                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
+                                               log_cy=c.log_loss())
+                    how = f"early loss ratio at t_hat={f:.3g}"
                 elif surrogate is not None and surrogate.pair_bands:
                     band = bands[f] if f in bands else bands.setdefault(f, surrogate.pair_band(f))
                     if f not in own:
@@ -676,14 +705,18 @@ def _paired(
                         how = f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
                 if log_ratio is not None:
                     bar = value * math.exp(margin - log_ratio)
+                    theirs_final, used_margin = value * math.exp(-log_ratio), margin
                     n_paired += 1
                 else:
                     how = "unpaired"
         if not math.isfinite(bar) and prediction is not None:
             v = pessimistic(c)
             bar = v * value / low if math.isfinite(v) and low > 0 else math.nan
+            # Unpaired: its pessimistic final loss against this trial's optimistic one (no margin).
+            theirs_final, used_margin = bar, 0.0
+            how = "unpaired: its pessimistic final loss against this trial's optimistic one"
         if math.isfinite(bar):
-            bars.append((bar, i, how))
+            bars.append((bar, i, how, theirs_final, used_margin))
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(
@@ -712,16 +745,27 @@ def _paired(
             fraction,
             prediction,
         )
-    threshold, index, how = bars[k - 1]
-    verdict = "pruned at t_hat=" + f"{fraction:.3g}" if value > threshold else "kept"
-    sign = ">" if value > threshold else "<="
-    reason = (
-        f"{what} {value:.4g} {sign} {threshold:.4g}, the bar of the {_ordinal(k)} best "
-        f"competitor ({how}; {summary}): {verdict}"
-    )
+    threshold, index, how, theirs_final, used_margin = bars[k - 1]
+    reason = paired_reason(what, value, theirs_final, used_margin, k, f"{how}; {summary}", fraction,
+                           prune=value > threshold)
     return Decision(
         value > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
     )
+
+
+def paired_reason(
+    what: str, value: float, theirs: float, margin: float, k: int, how: str, fraction: float, *, prune: bool
+) -> str:
+    """The paired rule's reason, in the user's terms: this trial's predicted (or current) final loss, the
+    ``k``-th best competitor's on the same scale, how far ahead it is against the margin, how and at which
+    fraction they were compared, and the fraction the decision was made at (this trial's latest report)."""
+    lead = math.log(value / theirs) if value > 0 and theirs > 0 else math.nan
+    who = "the best competitor" if k == 1 else f"the {_ordinal(k)} best competitor"
+    ahead = f"{100 * lead:.2f}% ahead" if lead >= 0 else f"{100 * -lead:.2f}% behind"
+    head = f"{what} {value:.4g}; {who}'s {theirs:.4g} is {ahead} ({how})"
+    if prune:
+        return f"{head}, more than the {100 * margin:.2f}% margin: pruned at t_hat={fraction:.3g}"
+    return f"{head}, within the {100 * margin:.2f}% margin: kept at t_hat={fraction:.3g}"
 
 
 def _join(reason: str, notes: list[str]) -> str:

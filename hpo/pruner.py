@@ -63,7 +63,9 @@ class CollapsePruner(BasePruner):
     training: where their controls (τ, TPP, schedule) are equal, by the ratio of their losses there, which
     needs no reference, with the margin ``margin``; where they differ, by their predictions from their
     curves up to that fraction, so the reference's bias, shared by the sweep, cancels, with the surrogate's
-    learned paired error (``pair_bands``, never below ``margin``) as the margin. With ``"interval"`` the
+    learned paired error (``pair_bands``, never below ``margin``) as the margin, except during the trial's
+    first judgements (t̂ ≤ 1.5 × ``min_fraction``), where every competitor is compared by the loss ratio with
+    ``margin`` as the whole margin (hpo/decision.py, ``EARLY_JUDGEMENT``). With ``"interval"`` the
     trial's optimistic bound ``low`` is compared with each competitor's pessimistic final loss (a completed
     trial's value, a running trial's predicted ``high``). Either way the trial is pruned when ``keep_top_k``
     competitors are confidently going to end better. A NaN, inf or non-positive loss prunes at once. The
@@ -165,8 +167,9 @@ class CollapsePruner(BasePruner):
         confidence: confidence of the predicted interval, in (0, 1).
         keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
         comparison: "paired" (default) or "interval" (see above and hpo/decision.py).
-        margin: log-ratio by which a competitor must lead at a common fraction to beat a trial (0.04 = 4%;
-            see ``PruneSettings.margin``), in [0, 1).
+        margin: the pruner's one knob: the log-ratio by which a competitor must lead at a common fraction to
+            cut a trial (0.04 = 4%; smaller prunes more and risks the winner more; see
+            ``PruneSettings.margin``), in [0, 1).
         total: default training length per trial in ``units`` (positive), for trials without that attr.
         units: what a reported step counts: "tokens" (default), "steps" or "fraction" (see above).
         total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).

@@ -496,7 +496,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
                     text += f": {useful[-1][:300]}"
             s = _driver_study(study_key)._storage
             try:
-                s.set_trial_user_attr(tid, "error", text)
+                s.set_trial_user_attr(tid, "error", mask_text(text))
                 s.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
                 s.set_trial_state_values(tid, state=TS.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:

@@ -290,12 +290,15 @@ def _record_failure(study: Any, number: int, trial_id: int, storage: Any, err: B
     """Write the error (type, message, traceback, tokens trained) to the trial and end it FAIL."""
     import optuna
 
+    from collapse_hpo.hpo.urls import mask_text
+
     first = (str(err).strip().splitlines() or [""])[0][:500]
     try:
         if storage.get_trial(trial_id).state != optuna.trial.TrialState.RUNNING:
             return
-        storage.set_trial_user_attr(trial_id, "error", f"{type(err).__name__}: {first}")
-        storage.set_trial_user_attr(trial_id, "traceback", traceback.format_exc()[-4000:])
+        # Masked: a storage error can quote the URL, and the study is read by anyone with the dashboard.
+        storage.set_trial_user_attr(trial_id, "error", mask_text(f"{type(err).__name__}: {first}"))
+        storage.set_trial_user_attr(trial_id, "traceback", mask_text(traceback.format_exc()[-4000:]))
         storage.set_trial_user_attr(trial_id, "tokens_trained", int(tokens))
         study.tell(number, state=optuna.trial.TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:

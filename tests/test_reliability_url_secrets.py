@@ -76,3 +76,19 @@ def test_a_literal_query_password_in_the_file_is_masked_in_every_message(tmp_pat
         cap = capsys.readouterr()
         assert code == 2 and secret not in cap.err + cap.out, (command, cap.err)
     assert yaml.safe_load(path.read_text())["storage"].endswith(secret)  # the file itself is the user's
+
+
+def test_a_failed_trial_stores_its_error_with_the_secret_masked(tmp_path: Path) -> None:
+    import optuna
+
+    from collapse_hpo.hpo.trial import _record_failure
+
+    secret = _secret()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    trial = study.ask()
+    try:
+        raise RuntimeError(f"lost postgresql://u@h/db?sslpassword={secret} mid-trial")
+    except RuntimeError as err:
+        _record_failure(study, trial.number, trial._trial_id, study._storage, err, 128)
+    stored = study.trials[0].user_attrs
+    assert "sslpassword=***" in stored["error"] and secret not in repr(stored), stored

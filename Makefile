@@ -8,9 +8,14 @@ PIP_FLAGS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 setup: $(VENV)/.installed
 
+# The tested torch and triton go in first, exactly: the `train` extra's ranges alone would resolve torch to the
+# newest multi-GB CUDA build; installed first, they satisfy those ranges and pip keeps them. Then the package,
+# editable, with every extra and the test tools (`dev`).
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet $(PIP_FLAGS) torch==2.13.0 \
+		"triton==3.7.1; sys_platform == 'linux' and platform_machine == 'x86_64'"
 	$(VENV)/bin/pip install --quiet $(PIP_FLAGS) -e '.[dev]'
 	touch $@
 

@@ -373,9 +373,12 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-#: Peers whose library is not a dependency of collapse-hpo (a dev extra): name -> the module they need.
-#: ``collapse-hpo replay`` skips them with a note when that module is absent.
-OPTIONAL_LIBRARY: dict[str, str] = {"conformal": "surestop", "conformal-tuned": "surestop"}
+#: Peers whose library is not in collapse-hpo's core: name -> the module they need (surestop is a dev
+#: extra; ray comes with the ``ray`` extra). ``collapse-hpo replay`` skips them with a note when it is absent.
+OPTIONAL_LIBRARY: dict[str, str] = {
+    "conformal": "surestop", "conformal-tuned": "surestop",
+    "asha": "ray", "asha-tuned": "ray", "median-stopping": "ray", "median-stopping-tuned": "ray",
+}
 
 
 def unavailable_module(module: str) -> bool:
@@ -385,13 +388,21 @@ def unavailable_module(module: str) -> bool:
     return importlib.util.find_spec(module) is None
 
 
+def missing_library_note(module: str) -> str:
+    """Why a peer of the optional library ``module`` is skipped, with the pip command that installs it."""
+    from collapse_hpo.hpo.extras import EXTRA_OF, install_hint
+
+    how = install_hint([module]) if module in EXTRA_OF else f"pip install {module}"
+    return f"needs the {module!r} package, which is not installed ({how})"
+
+
 def unavailable(names: list[str]) -> dict[str, str]:
     """The peers among ``names`` whose library is not installed, each with a one-line note saying so."""
     out: dict[str, str] = {}
     for name in names:
         module = OPTIONAL_LIBRARY.get(name)
         if module is not None and unavailable_module(module):
-            out[name] = f"needs the {module!r} package, which is not installed (pip install {module})"
+            out[name] = missing_library_note(module)
     return out
 
 
@@ -506,7 +517,7 @@ FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
 FRONTIER_KNOBS["collapse-online"] = FRONTIER_KNOBS["collapse"]
 
 #: Frontier families whose library is optional (see ``OPTIONAL_LIBRARY``) and ours that need a surrogate.
-FRONTIER_OPTIONAL: dict[str, str] = {"conformal": "surestop"}
+FRONTIER_OPTIONAL: dict[str, str] = {"conformal": "surestop", "asha": "ray"}
 FRONTIER_OURS = ("collapse", "collapse-online")
 
 

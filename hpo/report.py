@@ -318,7 +318,11 @@ def check_report_outputs(results_dir: str | os.PathLike[str]) -> None:
 
 def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpruned: float,
                  reference_path: Path | None = None, title: str = "") -> tuple[str, list[str]]:
-    """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines)."""
+    """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines).
+
+    Without matplotlib (a core install: it comes with the ``dashboard`` extra) the figure is left out and a
+    summary line says which extra draws it; the table and the CSV files do not need it."""
+    from collapse_hpo.hpo.extras import missing_note
     from collapse_hpo.predictors.curves import write_curves_csv
 
     out = Path(results_dir)
@@ -327,9 +331,11 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     rows = trial_rows(study)
     write_results_csv(out / "results.csv", rows)
     curves = trial_curves(study)
+    no_figure = missing_note("the figure curves.png", "matplotlib")
     if curves:
         write_curves_csv(out / "curves.csv", curves)
-        plot_curves(out / "curves.png", study, reference_path, title)
+        if no_figure is None:
+            plot_curves(out / "curves.png", study, reference_path, title)
     comp = compute(study, unpruned)
     lines = summary_lines(rows, comp)
     import optuna
@@ -344,5 +350,8 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     if waiting or interrupted:
         lines.append(f"the sweep is not finished ({waiting} planned trials not started, {interrupted} "
                      "interrupted): continue it with `collapse-hpo resume`")
-    lines.append(f"files: {out / 'results.csv'}, {out / 'curves.csv'}, {out / 'curves.png'}")
+    if no_figure is None:
+        lines.append(f"files: {out / 'results.csv'}, {out / 'curves.csv'}, {out / 'curves.png'}")
+    else:
+        lines.append(f"files: {out / 'results.csv'}, {out / 'curves.csv'} ({no_figure})")
     return format_table(rows), lines

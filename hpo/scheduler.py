@@ -77,7 +77,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+
+try:
+    from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
+except ModuleNotFoundError as err:  # a core install: Ray Tune comes with the `ray` extra
+    if err.name != "ray":
+        raise
+    raise ModuleNotFoundError("CollapseScheduler needs Ray Tune, which is not installed: "
+                              "pip install 'collapse-hpo[ray]'", name="ray") from err
 
 from collapse_hpo.hpo.decision import PruneSettings
 from collapse_hpo.hpo.judge import Judge, JudgeWarning, ReportSummary, TrialView, Verdict, add_warning, emit

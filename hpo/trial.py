@@ -46,17 +46,26 @@ def trial_config(sweep: SweepConfig, storage_url: str, study_name: str, number: 
 
 
 def storage_url(url: str) -> str:
-    """``url`` (a ``${NAME}`` URL read from the environment) with a database driver SQLAlchemy can load:
-    plain ``postgresql://`` means psycopg 3 to
-    SQLAlchemy 2.1; when only psycopg2 is installed it becomes ``postgresql+psycopg2://``."""
+    """``url`` (a ``${NAME}`` URL read from the environment) with a database driver SQLAlchemy can load. A
+    plain ``postgresql://`` names no driver: SQLAlchemy 2.1 loads psycopg 3 for it (the ``postgres`` extra),
+    2.0 loads psycopg2; so it names whichever of the two is installed when the other is not."""
     import importlib.util
 
-    from collapse_hpo.hpo.urls import resolve_url
+    from collapse_hpo.hpo.extras import install_hint, missing
+    from collapse_hpo.hpo.urls import mask_url, resolve_url
+    from collapse_hpo.predictors.errors import InputError
 
     url = resolve_url(url, "storage")
-    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None \
-            and importlib.util.find_spec("psycopg2") is not None:
-        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    if url.startswith("postgresql") and missing("psycopg", "psycopg2") == ["psycopg", "psycopg2"]:
+        raise InputError(f"storage {mask_url(url)}: PostgreSQL needs a driver, and none is installed: "
+                         f"{install_hint(['psycopg'])}")
+    if url.startswith("postgresql://"):
+        has_psycopg = importlib.util.find_spec("psycopg") is not None
+        has_psycopg2 = importlib.util.find_spec("psycopg2") is not None
+        if has_psycopg and not has_psycopg2:
+            return "postgresql+psycopg://" + url[len("postgresql://"):]
+        if has_psycopg2 and not has_psycopg:
+            return "postgresql+psycopg2://" + url[len("postgresql://"):]
     return url
 
 

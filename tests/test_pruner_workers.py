@@ -40,8 +40,8 @@ REPORTS = 20  # one report every 5% of training
 MIN_FRACTION = 0.2  # the first fraction with 3 points in the align window (t̂ ≥ 0.5 p)
 SCHEDULE = Schedule()
 TAU, TPP = 0.1, 20.0
-# SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3, which is not installed; psycopg2 is.
-POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+# psycopg 3 is the one PostgreSQL driver (the `postgres` extra); SQLAlchemy 2.1 loads it for postgresql://.
+POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 SETTINGS = PruneSettings(min_fraction=MIN_FRACTION)
 PRUNED, COMPLETE = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
 
@@ -106,9 +106,9 @@ def surrogate_file():
 
 def _postgres_available() -> bool:
     try:
-        import psycopg2
+        import psycopg
 
-        psycopg2.connect(POSTGRES.replace("+psycopg2", ""), connect_timeout=3).close()
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
         return True
     except Exception:
         return False

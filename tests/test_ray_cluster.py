@@ -37,9 +37,9 @@ SECOND = "node_b"  # the custom resource that labels the second node
 
 def _postgres_available() -> bool:
     try:
-        import psycopg2
+        import psycopg
 
-        psycopg2.connect(POSTGRES, connect_timeout=3).close()
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
         return True
     except Exception:
         return False

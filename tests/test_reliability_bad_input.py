@@ -62,9 +62,9 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list
 
 def _postgres_or_skip() -> None:
     try:
-        import psycopg2
+        import psycopg
 
-        psycopg2.connect(POSTGRES, connect_timeout=3).close()
+        psycopg.connect(POSTGRES, connect_timeout=3).close()
     except Exception as err:  # the server is part of the test set-up (contract): say so when it is absent
         pytest.skip(f"PostgreSQL not reachable at {POSTGRES}: {err}")
 

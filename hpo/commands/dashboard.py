@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("dashboard: give a sweep file or --storage URL (one of them)")
     if not 0 <= args.port <= 65535:
         raise InputError(f"dashboard: --port must be in 0..65535, got {args.port}")
+    from collapse_hpo.hpo.extras import require
+
+    require("the dashboard", "optuna_dashboard", "plotly")
     from collapse_hpo.hpo.dashboard_server import check_host, remote_warning
 
     remote = False if args.publish_only else check_host(args.host, args.allow_remote)

@@ -134,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.predictors.schedules import KINDS, Schedule
     from collapse_hpo.predictors.surrogate import Surrogate
 
+    if args.plot is not None:
+        from collapse_hpo.hpo.extras import require
+
+        require("--plot", "matplotlib")
     check_outputs(args.csv, args.plot, what="forecast output")  # every output, before any work
     kind = args.schedule.strip().lower()
     if kind not in KINDS or kind == "data":

@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         for n in names:
             print(f"{n:<24} {peers.DESCRIPTIONS.get(n, '')}")
         return 0
+    if args.plot:
+        from collapse_hpo.hpo.extras import require
+
+        require("--plot", "matplotlib")
     if args.curves is None:
         raise InputError("replay: no curve CSV given; name the sweep's curves file (e.g. results/<name>/"
                          "curves.csv), or use --pruner list to see the pruners")
@@ -156,8 +160,7 @@ def _frontier(args: argparse.Namespace, jobs: int) -> int:
     sweep = _read_sweep(args)
     for family, module in peers.FRONTIER_OPTIONAL.items():
         if family in families and peers.unavailable_module(module):
-            print(f"replay: family {family} skipped: needs the {module!r} package, which is not installed "
-                  f"(pip install {module})", file=sys.stderr)
+            print(f"replay: family {family} skipped: {peers.missing_library_note(module)}", file=sys.stderr)
             families.remove(family)
     surrogate = None
     if "collapse" in families:

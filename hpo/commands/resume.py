@@ -19,7 +19,10 @@ def run(args: argparse.Namespace) -> int:
     """Open the study, fail trials whose heartbeat went stale, requeue their slots, run the rest, report."""
     from collapse_hpo.hpo.commands.run import finish
     from collapse_hpo.hpo.config import load_sweep
+    from collapse_hpo.hpo.extras import require
     from collapse_hpo.hpo.runner import locate, run_sweep
+
+    require("a sweep", "ray", "torch")  # the driver runs trials on Ray; each trains with torch
 
     sweep = load_sweep(args.sweep)
     if sweep.stages:

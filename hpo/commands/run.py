@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser, no_prune_help: str = NO_PRUNE
 def run(args: argparse.Namespace) -> int:
     """Validate the file, create the study, run every trial, print the table and the compute saved."""
     from collapse_hpo.hpo.config import load_sweep
+    from collapse_hpo.hpo.extras import require
+
+    require("a sweep", "ray", "torch")  # the driver runs trials on Ray; each trains with torch
     from collapse_hpo.hpo.runner import locate, run_sweep
 
     sweep = load_sweep(args.sweep)
@@ -72,6 +75,11 @@ def publish_dashboard(study, sweep, loc) -> str:
 
     if importlib.util.find_spec("collapse_hpo.hpo.dashboard") is None:
         return ""
+    from collapse_hpo.hpo.extras import missing_note
+
+    absent = missing_note("the dashboard", "optuna_dashboard", "plotly")
+    if absent is not None:
+        return f"dashboard: not published ({absent})"
     from collapse_hpo.hpo import dashboard
 
     fn = getattr(dashboard, "publish", None)

@@ -199,6 +199,9 @@ class _Progress:
 
 def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.commands._common import check_outputs
+    from collapse_hpo.hpo.extras import require
+
+    require("training", "torch")
     from collapse_hpo.predictors.curves import read_curves_csv, write_curves_csv
     from collapse_hpo.trainers.config import plan
     from collapse_hpo.trainers.train import train

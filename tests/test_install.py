@@ -64,6 +64,14 @@ def installed(tmp_path_factory):
     built = _run([*pip, "wheel", "--no-deps", "-q", "-w", str(dist), str(src)], cwd=work, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("collapse_hpo-*.whl")
+    import zipfile
+
+    inside = set(zipfile.ZipFile(wheel).namelist())
+    sources = {f"collapse_hpo/{p.relative_to(REPO).as_posix()}" for name in SOURCES if (REPO / name).is_dir()
+               for p in (REPO / name).rglob("*.py")}
+    # every module of the repository is in the wheel (a new sub-package must be listed in pyproject.toml)
+    assert sources <= inside, f"not in the wheel: {sorted(sources - inside)[:10]}"
+    assert any(n.endswith("/licenses/LICENSE") for n in inside)  # the license file travels with it
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work)
     assert made.returncode == 0, made.stderr[-3000:]
     python = venv / "bin" / "python"

@@ -555,7 +555,7 @@ def frontier_factory(
     if family not in FRONTIER_KNOBS:
         raise ValueError(f"unknown frontier family {family!r}; choose from {', '.join(FRONTIER_KNOBS)}")
     if family == "collapse-online":
-        return collapse_factory(label, "online", **knobs)
+        return collapse_factory(label, ONLINE_REPLAY, **knobs)
     if family == "collapse":
         if surrogate is None:
             raise ValueError("frontier family 'collapse' needs a surrogate")

@@ -100,6 +100,8 @@ class TrainingWatch:
         self.pruned = False
         self.alarm: Alarm | None = None
         self.stop_reason: str | None = None
+        self._t: list[float] = []
+        self._y: list[float] = []
         for note in self.notes:
             LOGGER.info("collapse-hpo: %s", note)
         if trial is not None:
@@ -120,6 +122,8 @@ class TrainingWatch:
             return True
         loss = float(loss)
         t = self.t_hat(step)
+        self._t.append(t)
+        self._y.append(loss)
         if self.deviation is not None:
             fired = self.deviation.update(t, loss)
             if fired is not None:
@@ -134,6 +138,12 @@ class TrainingWatch:
                 self.stop_reason = f"pruned by the collapse rule at t_hat={t:.3f}"
                 return True
         return False
+
+    @property
+    def curve(self) -> tuple[list[float], list[float]]:
+        """The reports so far as (t̂ values, losses): a clean run's curve is a reference for the next run's
+        alarm (``alarm=watch.curve``)."""
+        return list(self._t), list(self._y)
 
     def optuna_step(self, step: float) -> int:
         """The integer step Optuna stores for a step in ``units`` (t̂ · FRACTION_STEPS for a fraction)."""

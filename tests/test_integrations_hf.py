@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 import optuna  # noqa: E402
 from readme_util import run_readme_block  # noqa: E402
+from torch_util import one_torch_thread  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning  # noqa: E402
@@ -33,12 +34,10 @@ from collapse_hpo.predictors.timescale import step_tau  # noqa: E402
 HEADING = "### Hugging Face: `collapse_hp_space` and `CollapseCallback`"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: threads only contend
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

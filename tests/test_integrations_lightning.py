@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 import optuna  # noqa: E402
 from readme_util import run_readme_block  # noqa: E402
+from torch_util import one_torch_thread  # noqa: E402
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning  # noqa: E402
 from collapse_hpo.hpo.integrations.lightning import CollapseLightningCallback  # noqa: E402
@@ -24,12 +25,10 @@ from collapse_hpo.predictors.timescale import step_tau  # noqa: E402
 HEADING = "### PyTorch Lightning: `CollapseLightningCallback`"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: threads only contend
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
+import sys
 import warnings
 
 import optuna
@@ -101,3 +103,13 @@ def test_a_trainers_own_lr_rule_is_read_as_a_schedule_shape():
     assert sched.kind == "data" and float(sched(0.5)) == pytest.approx(0.5 / (1 - warm / STEPS), rel=0.02)
     with pytest.raises(InputError, match="peak"):
         sampled_schedule(lambda s: 0.0, STEPS)
+
+
+def test_the_loop_helper_and_the_alarm_import_no_trainer(tmp_path):
+    """Heavy imports stay in the trainer modules: the package, the plain loop and the alarm load none."""
+    code = ("import sys; import collapse_hpo.hpo.integrations, collapse_hpo.hpo.integrations.loop, "
+            "collapse_hpo.hpo.integrations.alarm; "
+            "print(sorted(m for m in ('torch', 'transformers', 'lightning', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

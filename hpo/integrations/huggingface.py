@@ -30,7 +30,7 @@ from typing import Any
 import optuna
 from transformers import TrainerCallback
 
-from collapse_hpo.hpo.integrations.loop import TrainingWatch, sampled_schedule
+from collapse_hpo.hpo.integrations.loop import TrainingWatch, WatchOptions, sampled_schedule
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.residuals import AlarmRule
 from collapse_hpo.predictors.schedules import Schedule
@@ -149,22 +149,18 @@ class CollapseCallback(TrainerCallback):
         self.trial = trial
         self.search_trial: Any = None  # set by collapse_hp_space for each trial of a search
         self.metric = metric
-        self.alarm = alarm
-        self.alarm_rule = alarm_rule
-        self.stop_on_alarm = stop_on_alarm
         self.report = report
-        self.tokens_per_sample = tokens_per_sample
-        self.schedule = schedule
+        self.options = WatchOptions(alarm, alarm_rule, stop_on_alarm, tokens_per_sample, schedule)
         self.watch: TrainingWatch | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, lr_scheduler: Any = None,
                        **kwargs: Any) -> None:
         trial = self.trial if self.trial is not None else self.search_trial
         report = self.report if self.report is not None else self.trial is not None
+        opts = self.options
         controls = controls_from_args(args, int(state.max_steps), model=model, lr_scheduler=lr_scheduler,
-                                      tokens_per_sample=self.tokens_per_sample, schedule=self.schedule)
-        self.watch = TrainingWatch(trial, **controls, alarm=self.alarm, alarm_rule=self.alarm_rule,
-                                   stop_on_alarm=self.stop_on_alarm, report=report)
+                                      tokens_per_sample=opts.tokens_per_sample, schedule=opts.schedule)
+        self.watch = opts.start(trial, controls, report=report)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, float] | None = None,
                **kwargs: Any) -> None:

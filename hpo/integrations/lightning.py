@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 from lightning.pytorch.callbacks import Callback
 
-from collapse_hpo.hpo.integrations.loop import TrainingWatch, sampled_schedule
+from collapse_hpo.hpo.integrations.loop import TrainingWatch, WatchOptions, sampled_schedule
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.residuals import AlarmRule
 from collapse_hpo.predictors.schedules import Schedule
@@ -116,20 +116,15 @@ class CollapseLightningCallback(Callback):
     ) -> None:
         self.trial = trial
         self.metric = metric
-        self.alarm = alarm
-        self.alarm_rule = alarm_rule
-        self.stop_on_alarm = stop_on_alarm
         self.report = report
-        self.schedule = schedule
-        self.tokens_per_sample = tokens_per_sample
+        self.options = WatchOptions(alarm, alarm_rule, stop_on_alarm, tokens_per_sample, schedule)
         self.watch: TrainingWatch | None = None
         self._last_step = -1
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        controls = controls_from_trainer(trainer, pl_module, schedule=self.schedule,
-                                         tokens_per_sample=self.tokens_per_sample)
-        self.watch = TrainingWatch(self.trial, **controls, alarm=self.alarm, alarm_rule=self.alarm_rule,
-                                   stop_on_alarm=self.stop_on_alarm, report=self.report)
+        controls = controls_from_trainer(trainer, pl_module, schedule=self.options.schedule,
+                                         tokens_per_sample=self.options.tokens_per_sample)
+        self.watch = self.options.start(self.trial, controls, report=self.report)
         self._last_step = -1
 
     def on_train_batch_end(

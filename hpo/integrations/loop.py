@@ -20,6 +20,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning, DeviationAlarm, alarm_attrs
@@ -162,3 +163,22 @@ class TrainingWatch:
             self.trial.set_user_attr(
                 ALARM_ATTR, alarm_attrs(alarm, value if math.isfinite(value) else None, self.controls.units)
             )
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """What a trainer callback (hpo/integrations/huggingface.py, lightning.py) gives the ``TrainingWatch`` it
+    starts for each run: the alarm (``alarm``, ``alarm_rule``, ``stop_on_alarm``, as ``TrainingWatch``'s) and
+    what the trainer cannot tell (``tokens_per_sample`` for TPP, ``schedule`` for an LR rule of no known
+    shape)."""
+
+    alarm: Any = None
+    alarm_rule: AlarmRule | None = None
+    stop_on_alarm: bool = False
+    tokens_per_sample: int | None = None
+    schedule: Schedule | str | Mapping[str, Any] | None = None
+
+    def start(self, trial: Any, controls: Mapping[str, Any], *, report: bool) -> TrainingWatch:
+        """A ``TrainingWatch`` for one run with the trainer's ``controls``."""
+        return TrainingWatch(trial, **controls, alarm=self.alarm, alarm_rule=self.alarm_rule,
+                             stop_on_alarm=self.stop_on_alarm, report=report)

@@ -512,7 +512,7 @@ FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "percentile": {"percentile": (10.0, 25.0, 50.0, 75.0), "n_warmup_steps": (0, 100, 250, 500)},
     "top-k": {"k": (1, 2, 3, 5, 10), "fraction": (0.05, 0.1, 0.25, 0.5)},
     "conformal": {"alpha": (0.02, 0.05, 0.1, 0.2, 0.3)},
-    "collapse": {"margin": (0.0, 0.01, 0.02, 0.04, 0.08, 0.16)},
+    "collapse": {"margin": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)},
 }
 FRONTIER_KNOBS["collapse-online"] = FRONTIER_KNOBS["collapse"]
 

@@ -361,3 +361,42 @@ def test_loss_log_ratio_matches_its_definition_with_and_without_given_logs():
                 assert got == pytest.approx(want, rel=0, abs=1e-12)
         cases += want is None
     assert 0 < cases < 300  # both outcomes were exercised
+
+
+def test_the_reason_states_both_losses_the_lead_the_margin_and_both_fractions():
+    # A trial at t̂ 0.8 against a competitor that has only reached 0.3 (equal controls, no surrogate): the
+    # reason must read in the user's terms (issue 20 item 4, issue 21 item 4): this trial's loss, the
+    # competitor's on the same scale, how far it is ahead against the margin, where they were compared and
+    # where it was decided. It used to say "3.876 > 3.667, the bar of the 1st best competitor".
+    t = np.linspace(0.05, 0.8, 16)
+    comp = Competitor.from_reports(t[:6], 3.0 * (1 + 1 / (t[:6] * 10)), schedule=Schedule(), tau=0.1, tpp=20)
+    d = decide(t, 3.3 * (1 + 1 / (t * 10)), surrogate=None, schedule=Schedule(), tau=0.1, tpp=20,
+               competitors=[comp], settings=PruneSettings())
+    assert d.prune
+    lead = math.log(3.3 / 3.0)
+    assert d.reason.startswith("current loss 3.876; the best competitor's 3.523 is ")
+    assert f"{100 * lead:.2f}% ahead (loss ratio at t_hat=0.3, equal controls" in d.reason
+    assert d.reason.endswith("more than the 4.00% margin: pruned at t_hat=0.8")
+    kept = decide(t, 3.05 * (1 + 1 / (t * 10)), surrogate=None, schedule=Schedule(), tau=0.1, tpp=20,
+                  competitors=[comp], settings=PruneSettings())
+    assert not kept.prune and kept.reason.endswith("within the 4.00% margin: kept at t_hat=0.8")
+
+
+def test_first_judgements_compare_other_controls_by_the_early_loss_ratio_and_later_ones_do_not():
+    # Controls differ (cosine vs linear, τ 0.3 vs 0.1), no surrogate. During the trial's first judgements
+    # (t̂ ≤ EARLY_JUDGEMENT × min_fraction) a competitor 10% ahead at the common fraction cuts it; later only
+    # the surrogate's paired predictions could compare them, and without one the trial is kept.
+    from collapse_hpo.hpo.decision import EARLY_JUDGEMENT
+
+    t = np.linspace(0.05, 1.0, 20)
+    comp = Competitor.from_reports(t, 3.0 * (1 + 1 / (t * 10)), schedule=Schedule(kind="cosine"), tau=0.3,
+                                   tpp=20)
+    s = PruneSettings()
+    early = t[t <= EARLY_JUDGEMENT * s.min_fraction + 1e-9]
+    d = decide(early, 3.3 * (1 + 1 / (early * 10)), surrogate=None, schedule=Schedule(), tau=0.1, tpp=20,
+               competitors=[comp], settings=s)
+    assert d.prune and "early loss ratio at t_hat=0.15" in d.reason
+    late = t[t <= 0.3 + 1e-9]
+    d = decide(late, 3.3 * (1 + 1 / (late * 10)), surrogate=None, schedule=Schedule(), tau=0.1, tpp=20,
+               competitors=[comp], settings=s)
+    assert not d.prune and "no competitor with equal controls" in d.reason

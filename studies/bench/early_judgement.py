@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     ap.add_argument("--no-peers", action="store_true", help="ours only")
+    ap.add_argument("--margin", type=float, default=None, help="ours at this margin (default: the default)")
     ap.add_argument("--out", default=str(HERE / "artifacts"))
     args = ap.parse_args(argv)
     cache: dict[str, Any] = {}
@@ -100,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             sw, surrogate, _what = load(name, cache)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                (ours,), _ = replay(sw, [ptc.direct_factory("collapse", surrogate)], orders=args.orders,
-                                    workers=args.workers, seed=0)
+                mine = {} if args.margin is None else {"margin": args.margin}
+                (ours,), _ = replay(sw, [ptc.direct_factory("collapse", surrogate, **mine)],
+                                    orders=args.orders, workers=args.workers, seed=0)
                 peer_sums: list[Summary] = []
                 if not args.no_peers:
                     peer_sums, _ = replay(sw, [peers.factory(n) for n in names], orders=args.orders,
@@ -121,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ({name}: {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    title = "# Early loss ratio: ours (defaults) against the peers (studies/bench/early_judgement.py)"
-    text = "\n".join([title, "", f"{args.orders} orders, {args.workers} workers.", "", *lines, ""])
+    title = "# Early loss ratio: ours against the peers (studies/bench/early_judgement.py)"
+    setup = f"{args.orders} orders, {args.workers} workers, margin {args.margin or 'default'}."
+    text = "\n".join([title, "", setup, "", *lines, ""])
     (out / "early_judgement.md").write_text(text)
     print(text)
     return 0

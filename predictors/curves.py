@@ -201,6 +201,7 @@ class _Run:
 
     def __init__(self, tau: float | None, tpp: float | None, params: float | None, line: int) -> None:
         self.tau, self.tpp, self.params, self.line = tau, tpp, params, line
+        self.raw: tuple[str, str, str | None] | None = None  # the text of tau, tpp, params in its first row
         self.points: list[list[float]] = []
         self.at: dict[float, list[float]] = {}  # t̂ -> its point (whole runs: every point; binned: the kept)
         self.bins: dict[int, list[list[float] | None]] | None = None  # bin -> [loss point, last point]
@@ -302,6 +303,7 @@ class CurveReader:
         self.width = 0
         self.runs: dict[str, _Run] = {}
         self.rows = 0
+        self._prefix = f"{self.source}: line "
 
     def header(self, header: list[str]) -> None:
         """The header row (line 1); InputError for a column named twice or a required column missing."""
@@ -316,8 +318,7 @@ class CurveReader:
             return
         if (len(row) < self.width or not row[col["run"]].strip()) and all(not c.strip() for c in row):
             return
-        p = self.source
-        where = f"{p}: line {line_no}"
+        where = f"{self._prefix}{line_no}"
         if len(row) < self.width:
             short = [c for c in REQUIRED_COLUMNS if col[c] >= len(row)]
             raise InputError(f"{where}: row has {len(row)} fields; column(s) {', '.join(short)} missing")
@@ -333,6 +334,22 @@ class CurveReader:
         lr = _parse_float(row[col["lr"]], where, "lr", allow_empty=True)
         if lr is not None and not math.isfinite(lr):
             raise InputError(f"{where}: column 'lr' is {lr}; it must be a non-negative finite number")
+        has_params = "params" in col and col["params"] < len(row)
+        raw = (row[col["tau"]], row[col["tpp"]], row[col["params"]] if has_params else None)
+        r = self.runs.get(run)
+        if r is None or raw != r.raw:  # the constants' text of the run's first row was read and checked once
+            r = self._constants(row, raw, run, r, where, line_no)
+        if diverged is not None and (r.diverged is None or (t, line_no) < (r.diverged[0], r.diverged[2])):
+            r.diverged = (t, diverged, line_no)
+        self.rows += 1
+        r.add(where, run, t, math.nan if diverged is not None else loss, lr, line_no)
+
+    def _constants(self, row: list[str], raw: tuple[str, str, str | None], run: str, r: _Run | None,
+                   where: str, line_no: int) -> _Run:
+        """Read and check the per-run constants (tau, tpp, params) of a row: a new run's, or text that differs
+        from its first row's; InputError when a value is bad or changes within the run."""
+        col = self.col
+        assert col is not None
         tau = _parse_float(row[col["tau"]], where, "tau", allow_empty=True)
         if tau is not None and tau == math.inf:
             tau = None
@@ -344,14 +361,14 @@ class CurveReader:
             raise InputError(f"{where}: column 'tpp' is {tpp}; give a positive number up to "
                              f"{MAX_TPP:g}, or leave it empty when the run has no TPP (fine-tuning)")
         params = None
-        if "params" in col and col["params"] < len(row):
+        if raw[2] is not None:
             params = _parse_float(row[col["params"]], where, "params", allow_empty=True)
             if params is not None and (not math.isfinite(params) or params <= 0.0):
                 raise InputError(f"{where}: column 'params' is {params}; give the model's parameter "
                                  "count N (a positive number), or leave it empty")
-        r = self.runs.get(run)
         if r is None:
             r = self.runs[run] = _Run(tau, tpp, params, line_no)
+            r.raw = raw
         else:
             if r.params != params:
                 raise InputError(f"{where}: column 'params' changes within run {run!r} "
@@ -365,10 +382,7 @@ class CurveReader:
                 was = "it empty" if r.tpp is None else r.tpp
                 raise InputError(f"{where}: column 'tpp' changes within run {run!r} "
                                  f"(line {r.line} has {was}); it is a per-run constant")
-        if diverged is not None and (r.diverged is None or (t, line_no) < (r.diverged[0], r.diverged[2])):
-            r.diverged = (t, diverged, line_no)
-        self.rows += 1
-        r.add(where, run, t, math.nan if diverged is not None else loss, lr, line_no)
+        return r
 
     def curves(self) -> list[Curve]:
         """The curves of the rows read so far, in order of each run's first row; InputError when there are

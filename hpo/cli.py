@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util  # `import importlib` alone does not load the util submodule
+import signal
 import sys
 
 from collapse_hpo.predictors.errors import InputError
@@ -77,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
                     "deep); check the files given")
     except OverflowError as err:
         return fail(f"a number in the input is too large ({err}); check the values given")
-    except KeyboardInterrupt:
-        print(f"collapse-hpo {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP in a sweep's driver (hpo/stop.py)
+        signum = getattr(err, "signum", signal.SIGINT)
+        print(f"collapse-hpo {args.command}: {getattr(err, 'message', 'interrupted')}", file=sys.stderr)
+        return 128 + int(signum)
 
 
 if __name__ == "__main__":

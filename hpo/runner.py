@@ -39,6 +39,8 @@ from collapse_hpo.hpo.config import SweepConfig
 from collapse_hpo.hpo.lease import SweepLease, retry_races
 from collapse_hpo.hpo.preflight import preflight, slots
 from collapse_hpo.hpo.progress import Progress, human_tokens
+from collapse_hpo.hpo.stop import STOP
+from collapse_hpo.hpo.storage_errors import SpaceReserve, StorageFault, find_fault
 from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url, sqlite_file
 from collapse_hpo.predictors.atomic import clean_stale_tmp, describe_os_error
 from collapse_hpo.predictors.errors import InputError
@@ -395,7 +397,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
-    from collapse_hpo.hpo.trial import trial_config
+    from collapse_hpo.hpo.trial import STORAGE_FAULT_KEY, trial_config
 
     # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
     sweep = shippable_sweep(sweep_file)
@@ -413,6 +415,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
             self.first_finished: list[optuna.trial.FrozenTrial] = []
             self.pids: dict[int, int] = {}  # trial number -> process id of its worker (from its results)
             self.fatal: str | None = None
+            self.stopped: list[int] = []  # trials Ray Tune stopped with the sweep (a signal, a storage fault)
 
         def set_search_properties(self, metric: str | None, mode: str | None, config: dict,
                                   **spec: Any) -> bool:
@@ -421,8 +424,40 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
         def _draws(self, trials: list[optuna.trial.FrozenTrial]) -> int:
             return len({int(t.user_attrs["draw"]) for t in trials if "draw" in t.user_attrs})
 
+        def _storage_fault(self, err: Exception) -> None:
+            """Stop the sweep on a storage fault (a full disk, a damaged database) met in a callback; any
+            other error is re-raised. Ray Tune would log a callback's exception and go on."""
+            fault = find_fault(err)
+            if fault is None:
+                raise err
+            if STOP.fault is None:
+                STOP.fault = str(fault)
+
         def suggest(self, trial_id: str) -> dict | str | None:
-            if self.fatal is not None:
+            try:
+                return self._suggest(trial_id)
+            except Exception as err:
+                self._storage_fault(err)
+                return None if self.live else Searcher.FINISHED
+
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if isinstance(result.get(STORAGE_FAULT_KEY), str) and STOP.fault is None:
+                STOP.fault = result[STORAGE_FAULT_KEY]  # the trial's worker met it: no attempt is charged
+            try:
+                self._on_trial_result(trial_id, result)
+            except Exception as err:
+                self._storage_fault(err)
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+            if result and isinstance(result.get(STORAGE_FAULT_KEY), str) and STOP.fault is None:
+                STOP.fault = result[STORAGE_FAULT_KEY]
+            try:
+                self._on_trial_complete(trial_id, result, error)
+            except Exception as err:
+                self._storage_fault(err)
+
+        def _suggest(self, trial_id: str) -> dict | str | None:
+            if self.fatal is not None or STOP.stopping:
                 return None if self.live else Searcher.FINISHED
             if len(self.live) >= max_concurrent:
                 return None
@@ -452,26 +487,29 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
                              attrs.get("attempt") else "")
             return trial_config(sweep, loc.storage_url, loc.study_name, trial.number, loc.prune, loc.results)
 
-        def on_trial_result(self, trial_id: str, result: dict) -> None:
+        def _on_trial_result(self, trial_id: str, result: dict) -> None:
             number = self.live.get(trial_id)
             if number is not None and isinstance(result.get("pid"), int):
                 self.pids[number] = int(result["pid"])
             if number is not None and "tokens" in result:
                 progress.result(number, float(result["tokens"]))
 
-        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        def _on_trial_complete(self, trial_id: str, result: dict | None, error: bool) -> None:
             number = self.live.pop(trial_id, None)
             if number is None:
                 return
             study = _driver_study(study_key)
             tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
             frozen = study._storage.get_trial(tid)
+            if frozen.state == TS.RUNNING and STOP.stopping and not error:
+                self.stopped.append(number)  # stopped with the sweep: `launch` marks it interrupted
+                return
             if frozen.state == TS.RUNNING:
                 self._fail_dead_worker(tid, number, error)
                 frozen = study._storage.get_trial(tid)
             progress.finished(frozen)
             self._watch_for_a_common_error(frozen)
-            if frozen.state == TS.FAIL and self.fatal is None:
+            if frozen.state == TS.FAIL and self.fatal is None and not STOP.stopping:
                 reconcile(study, sweep, progress)
 
         def _watch_for_a_common_error(self, frozen: optuna.trial.FrozenTrial) -> None:
@@ -542,6 +580,9 @@ def _init_ray(sweep: SweepConfig) -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
+    # Ctrl-C is handled like SIGTERM and SIGHUP (hpo/stop.py): Ray Tune's own SIGINT handler would let the
+    # driver exit 0 from a stopped sweep.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     ex = sweep.executor
     common: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
                               "ignore_reinit_error": True}
@@ -552,6 +593,10 @@ def _init_ray(sweep: SweepConfig) -> None:
                  include_dashboard=False, **common)
     for name in ("ray", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # Tune's experiment state is never restored from (the study is the source of truth): a failed save of it
+    # (a full disk) is no error of the sweep's, and its traceback would bury the one line that says so.
+    logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.CRITICAL)
+    STOP.install()  # ray.init replaced the SIGTERM handler with one that ends in Ray's C++ abort
 
 
 def _capacity(sweep: SweepConfig) -> int:
@@ -608,7 +653,8 @@ def _killed_pids(message: str) -> set[int]:
 
 def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> LaunchResult:
     """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries), or until
-    the sweep is stopped (Ctrl-C, `common_error`, a worker killed by Ray's memory monitor)."""
+    the sweep is stopped (a signal: hpo/stop.py; `common_error`; a worker killed by Ray's memory monitor).
+    Raises `StorageFault` when the storage failed (a full disk), leaving the running trials to the caller."""
     import optuna
     import ray
     from ray import tune
@@ -620,6 +666,7 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     _init_ray(sweep)
     searcher = None
     memory_kill = None
+    forced: KeyboardInterrupt | None = None
     try:
         capacity = _capacity(sweep)
         run_name = f"{loc.study_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -635,7 +682,7 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
                 trial_dirname_creator=lambda t: f"trial_{t.config.get('number', t.trial_id)}",
             ),
             run_config=tune.RunConfig(
-                name=run_name, storage_path=str(ray_dir), verbose=0,
+                name=run_name, storage_path=str(ray_dir), verbose=0, stop=STOP.stopper(progress.note),
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
@@ -645,16 +692,26 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
             memory_kill = _ray_memory_kill(err)
             if memory_kill is None:
                 raise
+    except Exception as err:  # Ray Tune's own files on a full disk (its experiment state), ...
+        fault = find_fault(err)
+        if fault is None:
+            raise
+        STOP.fault = STOP.fault or str(fault)
+    except KeyboardInterrupt as err:  # a second signal (hpo/stop.py): stop at once, but mark the trials
+        forced = err
     finally:
         ray.shutdown()
         _DRIVER_STUDIES.pop(id(study), None)
-    # Trials still RUNNING in the study were stopped with the cluster. After Ctrl-C they are marked
-    # interrupted (resume reruns them without waiting for their heartbeats to go stale). After a memory kill,
-    # the killed ones (by process id; a trial that never reported counts as killed) are FAIL with that
-    # reason and count as an attempt; the others are interrupted and rerun.
+    # Trials still RUNNING in the study were stopped with the cluster. After a signal (Ctrl-C, SIGTERM,
+    # SIGHUP: hpo/stop.py) they are marked interrupted (resume reruns them without waiting for their
+    # heartbeats to go stale). After a memory kill, the killed ones (by process id; a trial that never
+    # reported counts as killed) are FAIL with that reason and count as an attempt; the others are
+    # interrupted and rerun.
+    if STOP.fault is not None:  # the storage failed: `_run_locked` frees room and marks the trials
+        raise StorageFault(STOP.fault, "storage")
     killed = _killed_pids(memory_kill) if memory_kill is not None else set()
     summary = " ".join((memory_kill or "").split("\n")[0].split())[:240]
-    left = sorted(searcher.live.values()) if searcher is not None else []
+    left = sorted([*searcher.live.values(), *searcher.stopped]) if searcher is not None else []
     for number in left:
         storage = study._storage
         tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
@@ -681,6 +738,8 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
         else:
             progress.running.pop(number, None)
             progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
+    if forced is not None:
+        raise forced
     if memory_kill is not None:
         reconcile(study, sweep, progress)
     return LaunchResult(searcher.fatal if searcher is not None else None, memory_kill)
@@ -715,16 +774,22 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False, o
     url = resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'")
     lease = SweepLease(url, loc.study_name, interval=sweep.heartbeat.interval, expiry=sweep.heartbeat.grace,
                        where=str(sweep.source))
-    lease.acquire(on_wait=lambda line: print(line, file=out or sys.stdout, flush=True))
-    try:
-        return _run_locked(sweep, loc, resume=resume, out=out, plan=plan, attrs=attrs)
-    finally:
-        lease.release()
+    reserve = SpaceReserve(url, loc.study_name)
+    with STOP.handling():
+        try:
+            reserve.keep()
+            lease.acquire(on_wait=lambda line: print(line, file=out or sys.stdout, flush=True))
+            with STOP.deferred():
+                return _run_locked(sweep, loc, resume=resume, out=out, plan=plan, attrs=attrs,
+                                   reserve=reserve)
+        finally:
+            reserve.free()  # before the lease: on a full disk its room is what the release needs
+            lease.release()
 
 
 def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: Any,
-                plan: list[dict[str, Any]] | None = None,
-                attrs: dict[str, Any] | None = None) -> optuna.Study:
+                plan: list[dict[str, Any]] | None = None, attrs: dict[str, Any] | None = None,
+                reserve: SpaceReserve | None = None) -> optuna.Study:
     if resume:
         study = open_study(sweep, loc)
         loc = SweepLocation(loc.results, loc.storage_url, loc.study_name,
@@ -748,10 +813,16 @@ def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: An
     if not _work_left(study, sweep):
         progress.note("nothing left to run: every trial of the sweep has finished")
     rounds = 0
-    while _work_left(study, sweep):
-        result = launch(study, sweep, loc, progress)
+    while not STOP.stopping and _work_left(study, sweep):
+        try:
+            result = launch(study, sweep, loc, progress)
+        except StorageFault as fault:
+            if reserve is not None:
+                reserve.free()  # room for the last writes below and the lease's release
+            raise StorageFault(f"{fault}; {_interrupt_running(study, progress, str(fault))}", "storage") \
+                from None
         fatal = result.fatal
-        if fatal is not None or result.memory_kill is None:
+        if fatal is not None or result.memory_kill is None or STOP.stopping:
             break
         rounds += 1
         if rounds > 2 * sweep.n_trials * (sweep.retries + 1):
@@ -767,6 +838,33 @@ def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: An
     if fatal is not None:
         raise InputError(f"{sweep.source}: {fatal}")
     return study
+
+
+def _interrupt_running(study: optuna.Study, progress: Progress, why: str) -> str:
+    """Mark every trial of the study still RUNNING (the driver holds the lease and Ray is stopped: each was
+    one of this driver's) FAIL ``interrupted`` after a storage fault; returns what happened to them, for the
+    one-line error (`resume` reruns them without using a retry)."""
+    import optuna
+
+    storage = study._storage
+    marked: list[int] = []
+    try:
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            try:
+                storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+                storage.set_trial_user_attr(t._trial_id, "error", f"storage fault: {why}"[:500])
+                storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            marked.append(t.number)
+            progress.running.pop(t.number, None)
+    except StorageFault:
+        return ("the trials that were running could not be marked (the storage still fails): `collapse-hpo "
+                "resume` finds them stale and reruns them, no retry used")
+    if not marked:
+        return "no trial was running"
+    return (f"trials {marked} were running: marked interrupted, `collapse-hpo resume` reruns them (no retry "
+            "used)")
 
 
 def all_failed(study: optuna.Study) -> str | None:

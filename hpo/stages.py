@@ -262,6 +262,7 @@ def run_stages(sweep: SweepConfig, results: str | os.PathLike[str] | None = None
     import sys
 
     from collapse_hpo.hpo.runner import run_sweep
+    from collapse_hpo.hpo.stop import STOP, Interrupted, stopped_line
 
     locs = stage_locations(sweep, results, no_prune=no_prune)
     stream = out or sys.stdout
@@ -271,6 +272,8 @@ def run_stages(sweep: SweepConfig, results: str | os.PathLike[str] | None = None
     _preflight(sweep, first, locs)
     print(f"stage 1 of 2: {_describe(sweep, 0)}", file=stream, flush=True)
     study1 = run_sweep(first, locs[0], resume=resume, out=out)
+    if STOP.signum is not None:  # stopped by a signal in stage 1: stage 2 is not begun
+        raise Interrupted(STOP.signum, stopped_line(STOP.signum, sweep.source))
     plan = stored_plan(locs[1], sweep) if resume else None
     resume2 = plan is not None
     if plan is None:

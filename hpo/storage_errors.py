@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ RESERVE_BYTES = 1 << 20
 
 class StorageFault(InputError):
     """The sweep's storage cannot be used: its database is damaged (``kind`` "damaged") or its disk is full
-    (``kind`` "full"). The message is one line naming the file (or the masked server URL)."""
+    (``kind`` "full"); ``kind`` "storage" when the driver re-raises one a trial's worker told it of. The
+    message is one line naming the file (or the masked server URL)."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -125,21 +127,24 @@ def watch() -> None:
 
 
 class SpaceReserve:
-    """``RESERVE_BYTES`` kept aside in the folder of a SQLite study (file ``.<db name>.reserve``) while a
-    driver runs, and given back (`free`) when the disk is full so that the driver's last writes fit.
+    """``RESERVE_BYTES`` kept aside in the folder of a SQLite study (file ``.<db name>.<study>.reserve``)
+    while its driver runs, and given back (`free`) when the disk is full so that the driver's last writes fit.
 
-    Nothing is kept for a database server (its disk is not ours to manage)."""
+    ``storage_url`` is resolved (no ``${NAME}``). Nothing is kept for a database server (its disk is not ours
+    to manage)."""
 
-    def __init__(self, storage_url: str) -> None:
+    def __init__(self, storage_url: str, study_name: str) -> None:
         self.path: Path | None = None
         from collapse_hpo.hpo.urls import sqlite_file
 
         db = sqlite_file(storage_url)  # percent-encoding decoded: the default URL encodes odd folder names
         if db is not None:
-            self.path = db.with_name(f".{db.name}.reserve")
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)[:100]
+            self.path = db.with_name(f".{db.name}.{safe}.reserve")
 
     def keep(self) -> None:
-        """Write the reserve; a `StorageFault` (disk full) when even that does not fit."""
+        """Write the reserve; a `StorageFault` (disk full) when even that does not fit. A folder that refuses
+        it for another reason keeps none (the storage's own checks say what is wrong with it)."""
         if self.path is None:
             return
         try:
@@ -150,9 +155,9 @@ class SpaceReserve:
         except OSError as err:
             self.free()
             fault = classify(err, str(self.path))
+            self.path = None
             if fault is not None:
                 raise fault from None
-            raise
 
     def free(self) -> None:
         """Remove the reserve (the room it held is free for the driver's last writes)."""

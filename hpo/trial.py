@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 CONFIG_KEYS = ("sweep", "storage", "study", "number", "prune", "results")
 # User attr with the id of the Ray node that ran the trial (see `_record_ray_node`).
 RAY_NODE_ATTR = "ray_node_id"
+# Key of the Ray Tune result by which a worker tells the driver that the storage failed (a full disk, a
+# damaged database: hpo/storage_errors.py); the driver then stops the sweep, charging no trial an attempt.
+STORAGE_FAULT_KEY = "storage_fault"
 
 
 def trial_config(sweep: SweepConfig, storage_url: str, study_name: str, number: int, prune: bool,
@@ -210,8 +213,9 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     """Train Optuna trial ``config["number"]`` and end it; returns its final state name.
 
     ``config`` is `trial_config`'s dict. ``tune_report`` receives one metrics dict per `Report` (``loss``,
-    ``t_hat``, ``tokens``, ``lr``, ``val_loss``, ``number``). Returns "COMPLETE", "PRUNED", "FAIL", or the
-    state the trial already had when it was not RUNNING (nothing is trained then).
+    ``t_hat``, ``tokens``, ``lr``, ``val_loss``, ``number``). Returns "COMPLETE", "PRUNED", "FAIL",
+    "STORAGE_FAULT" (the storage failed under it: told to Tune under `STORAGE_FAULT_KEY`, the trial marked
+    interrupted), or the state the trial already had when it was not RUNNING (nothing is trained then).
     """
     import optuna
 
@@ -280,8 +284,32 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
             study.tell(number, final)
             return "COMPLETE"
     except Exception as err:
-        _record_failure(study, number, trial_id, storage, err, seen["tokens"])
-        return "FAIL"
+        fault = storage_errors.find_fault(err)
+        if fault is None:
+            try:
+                _record_failure(study, number, trial_id, storage, err, seen["tokens"])
+                return "FAIL"
+            except Exception as again:  # the failure cannot be recorded: a full disk, a damaged file?
+                fault = storage_errors.find_fault(again)
+                if fault is None:
+                    raise
+        _interrupt_for_fault(storage, trial_id, fault)
+        if tune_report is not None:
+            tune_report({"loss": seen["loss"], "tokens": seen["tokens"], "number": number,
+                         STORAGE_FAULT_KEY: str(fault)})
+        return "STORAGE_FAULT"
+
+
+def _interrupt_for_fault(storage: Any, trial_id: int, fault: Exception) -> None:
+    """End a trial the storage failed under as FAIL ``interrupted`` (no attempt charged: the trial did nothing
+    wrong), when the storage still takes the writes; else it stays RUNNING for the driver (or `resume`) to
+    mark the same way."""
+    import optuna
+
+    with contextlib.suppress(Exception):
+        storage.set_trial_user_attr(trial_id, "interrupted", True)
+        storage.set_trial_user_attr(trial_id, "error", f"storage fault: {fault}")
+        storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
 
 
 def _record_ray_node(trial: optuna.Trial) -> None:

@@ -72,6 +72,39 @@ def read_trials(storage_url: str, study_name: str, timeout: float = 60.0) -> lis
         storage.engine.dispose()
 
 
+def wait_until_training(driver: Any, storage_url: str, study_name: str, timeout: float = 300.0) -> list[Any]:
+    """Poll the study until one of its trials is RUNNING with reports, while the ``driver`` process (a
+    ``subprocess.Popen``) runs; returns the trials read then. Fails if the driver ends first or the time
+    (seconds) runs out."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert driver.poll() is None, f"the driver ended (status {driver.returncode}) before a trial trained"
+        assert time.monotonic() < deadline, f"no trial trained within {timeout:.0f} s"
+        try:
+            trials = read_trials(storage_url, study_name, timeout=1)
+        except Exception:  # tables being created
+            trials = []
+        if any(t.state.name == "RUNNING" and t.intermediate_values for t in trials):
+            return trials
+        time.sleep(0.2)
+
+
+def lease_rows(storage_url: str) -> list[tuple[Any, ...]]:
+    """The rows (sweep, holder) of the storage's lease table (`collapse_hpo.hpo.lease`)."""
+    import sqlalchemy
+
+    from collapse_hpo.hpo.lease import TABLE
+
+    engine = sqlalchemy.create_engine(storage_url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sqlalchemy.text(f"SELECT sweep, holder FROM {TABLE}"))]
+    finally:
+        engine.dispose()
+
+
 def signal_tree(pid: int, sig: signal.Signals, also: Sequence[int] = ()) -> list[int]:
     """Send ``sig`` to ``pid``, every process below it and ``also``; returns the pids signalled."""
     pids = [pid, *descendants(pid), *also]

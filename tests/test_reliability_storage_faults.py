@@ -5,17 +5,26 @@
   exit 2, no traceback, and leave the file as it was (on main they exited 1 with 53–93 lines of traceback).
 - SQLite's own "database or disk is full" (a real SQLITE_FULL, from a page limit) is one `StorageFault`
   naming the file, not Optuna's "exceeding max length".
+- A disk that fills up mid-sweep (a real tmpfs holding the results, filled while a trial trains): the driver
+  stops with one line naming study.db and "disk full", exit 2; the running trials are FAIL ``interrupted``
+  (no retry charged: with ``retries: 0`` `resume` still trains every draw), the lease row is gone and every
+  point stored before is kept. On main: exit 1 with 65–229 lines of traceback, trials FAIL with
+  "StorageInternalError … e.g. exceeding max length" using up their retries, the lease row left behind.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 import sqlalchemy
-from sweep_util import tiny_sweep
+from sweep_util import lease_rows, read_trials, tiny_sweep, wait_until_training
 
 from collapse_hpo.hpo import cli, storage_errors
 from collapse_hpo.hpo.config import load_sweep
@@ -99,3 +108,67 @@ def test_sqlite_disk_full_is_a_storage_fault_naming_the_file(tmp_path: Path) -> 
     assert str(info.value).startswith(f"{db}: disk full (database or disk is full)")
     assert "\n" not in str(info.value)
     storage.engine.dispose()
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until the disk is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 65536)
+    except OSError as err:
+        assert err.errno == errno.ENOSPC, err
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_full_disk_mid_sweep_stops_it_in_one_line_and_resume_finishes_it(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(results)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    cli_cmd = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
+    try:
+        path = tiny_sweep(tmp_path, "full", trials=4, tpp=30)  # retries: 0
+        db = results / "full" / "study.db"
+        url = f"sqlite:///{db}"
+        with (tmp_path / "run.out").open("w") as out, (tmp_path / "run.err").open("w") as err:
+            driver = subprocess.Popen([*cli_cmd, "run", str(path)], stdout=out, stderr=err, cwd=tmp_path)
+            try:
+                before = wait_until_training(driver, url, "full")
+                _fill(results / "filler")
+                code = driver.wait(timeout=300)
+            finally:
+                if driver.poll() is None:
+                    driver.kill()
+        (results / "filler").unlink()
+        lines = [ln for ln in (tmp_path / "run.err").read_text().splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1, lines
+        assert f"{db}: disk full (" in lines[0] and "marked interrupted" in lines[0], lines
+        after = {t.number: t for t in read_trials(url, "full")}
+        assert not [t.number for t in after.values() if t.state.name == "RUNNING"]
+        for t in before:  # nothing stored before the disk filled is lost
+            kept = after[t.number]
+            assert t.intermediate_values.items() <= kept.intermediate_values.items(), t.number
+            if t.state.name == "COMPLETE":
+                assert kept.state.name == "COMPLETE" and kept.value == t.value
+        failed = [t for t in after.values() if t.state.name == "FAIL"]
+        assert failed, "a trial was training when the disk filled"
+        for t in failed:
+            assert t.user_attrs.get("interrupted") is True, t.user_attrs
+            error = t.user_attrs["error"]
+            assert error.startswith("storage fault: ") and "disk full" in error, error
+        assert lease_rows(url) == []
+        assert not list((results / "full").glob(".*.reserve"))
+
+        done = subprocess.run([*cli_cmd, "resume", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=400)
+        assert done.returncode == 0, done.stdout + done.stderr
+        trials = read_trials(url, "full")
+        assert sorted(int(t.user_attrs["draw"]) for t in trials if t.state.name == "COMPLETE") == [0, 1, 2, 3]
+        assert lease_rows(url) == []
+    finally:
+        subprocess.run(["umount", "-l", str(results)], check=False)

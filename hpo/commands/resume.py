@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         from collapse_hpo.hpo.commands.run import run_staged
 
         return run_staged(sweep, args, resume=True)
+    from collapse_hpo.hpo.stop import STOP
+
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=True)
-    return finish(study, sweep, loc)
+    return finish(study, sweep, loc, stop_signal=STOP.signum)

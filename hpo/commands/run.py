@@ -30,9 +30,11 @@ def run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep)
     if sweep.stages:
         return run_staged(sweep, args, resume=False)
+    from collapse_hpo.hpo.stop import STOP
+
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=False)
-    return finish(study, sweep, loc)
+    return finish(study, sweep, loc, stop_signal=STOP.signum)
 
 
 def run_staged(sweep, args: argparse.Namespace, *, resume: bool) -> int:
@@ -44,11 +46,12 @@ def run_staged(sweep, args: argparse.Namespace, *, resume: bool) -> int:
     return finish_stages(sweep, locs, list(studies))
 
 
-def finish(study, sweep, loc) -> int:
+def finish(study, sweep, loc, stop_signal: int | None = None) -> int:
     """Write the report files, publish the dashboard figure and notes, print the table and the summary.
 
-    Returns the exit status: 0, or 1 when every trial of the sweep FAILed (with one line on stderr saying
-    so): such a sweep found nothing and must not look like a success to a script or CI."""
+    Returns the exit status: 0; 128 + ``stop_signal`` when a signal stopped the sweep (Ctrl-C 130, SIGTERM
+    143, SIGHUP 129: hpo/stop.py), with one line on stderr saying so; or 1 when every trial of the sweep
+    FAILed (one line): such a sweep found nothing and must not look like a success to a script or CI."""
     import sys
 
     from collapse_hpo.hpo.report import write_report
@@ -62,6 +65,11 @@ def finish(study, sweep, loc) -> int:
     note = publish_dashboard(study, sweep, loc)
     if note:
         print(note)
+    if stop_signal is not None:
+        from collapse_hpo.hpo.stop import stopped_line
+
+        print(f"collapse-hpo: {sweep.source}: {stopped_line(stop_signal, sweep.source)}", file=sys.stderr)
+        return 128 + stop_signal
     failed = all_failed(study)
     if failed is not None:
         print(f"collapse-hpo: error: {sweep.source}: {failed}", file=sys.stderr)

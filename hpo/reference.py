@@ -322,6 +322,7 @@ class OnlineReference:
         self._failed: dict[tuple[int, ...], str] = {}
         self._latest: tuple[Surrogate, str] | None = None  # the newest online fit this process has
         self._tested: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
+        self._tested_fit: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
         self._refitter = _Refitter() if refit == "background" else None
 
     @property
@@ -351,12 +352,13 @@ class OnlineReference:
             )
         else:
             surrogate, why = self._online(study, curves, tuple(numbers))
+            if surrogate is None:
+                with self._lock:
+                    latest = self._latest or _stored_fit(study)
+                if latest is not None:
+                    surrogate, why = latest
             if surrogate is not None:
-                return surrogate, why
-            with self._lock:
-                latest = self._latest or _stored_fit(study)
-            if latest is not None:
-                return latest
+                return self._tested_online(surrogate, why, trials, defaults)
         if self._prior is None:
             return None, why
         return self._tested_prior(trials, defaults, why)
@@ -403,6 +405,30 @@ class OnlineReference:
             if self._latest is None or _trials_of(self._latest[1]) <= len(key):
                 self._latest = (surrogate, label)
             return surrogate, label
+
+    def _tested_online(
+        self, fit: Surrogate, label: str, trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
+    ) -> tuple[Surrogate, str]:
+        """An online fit tested, as the prior is, on the sweep's curves it was not fitted on (running and
+        pruned trials that reached ``MIN_REACH``): its interval widens by their misses (its held-out error
+        model comes from few completed trials and was overconfident: BENCHMARKS §9). Its paired errors are
+        kept, so no paired decision moves. Label ``online:N,...;M@R,...`` (fitted on N, ...; tested on M up to
+        t̂ = R, ...)."""
+        fitted = {int(n) for n in label.split(":", 1)[1].split(",")}
+        candidates, _ = _reaching([t for t in trials if t.number not in fitted], defaults, None)
+        key = (label, tuple((number, reach) for number, reach, _ in candidates))
+        with self._lock:
+            if self._tested_fit is not None and self._tested_fit[0] == key:
+                return self._tested_fit[1]
+        if not candidates:
+            return fit, label
+        tested = prior_for_sweep(fit, [curve for _, _, curve in candidates], own=True)
+        if tested.tested:
+            label += ";" + ",".join(f"{run.removeprefix('trial')}@{reach:g}" for run, reach in tested.tested)
+        out = (tested.surrogate, label)
+        with self._lock:
+            self._tested_fit = (key, out)
+        return out
 
     def _tested_prior(
         self, trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, why: str
@@ -468,7 +494,7 @@ def _stored_fit(study: optuna.study.Study) -> tuple[Surrogate, str] | None:
 
 
 def _reaching(
-    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, prior: Surrogate
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, prior: Surrogate | None
 ) -> tuple[list[tuple[int, float, Curve]], str | None]:
     """Trials whose curves can test the prior (``predictors.prior.reaching_curves``): (number, reach, curve),
     the furthest-reaching first; and which trial the prior cannot predict, with why (None when it can predict
@@ -484,13 +510,13 @@ def _reaching(
         except InputError:
             continue
         kind = (controls.tau is None, controls.tpp is None)  # what a law can refuse
-        if kind not in served:
+        if prior is not None and kind not in served:
             try:
                 prior.b(controls.tau), prior.q(controls.tpp)
                 served[kind] = None
             except (InputError, ValueError) as err:
                 served[kind] = str(err)
-        if served[kind] is not None:
+        if served.get(kind) is not None:
             return [], f"trial {t.number} ({served[kind]})"
         skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
         last = max((s for s in values if s != skip), default=None)

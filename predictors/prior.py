@@ -129,9 +129,13 @@ def shape_miss(prior: Surrogate, curve: Curve, reach: float) -> float | None:
 
 
 def prior_for_sweep(
-    prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT
+    prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT, own: bool = False
 ) -> SweepPrior:
-    """The prior tested on the sweep's curves (module docstring); deterministic for given curves."""
+    """The prior tested on the sweep's curves (module docstring); deterministic for given curves.
+
+    ``own``: the surrogate was fitted on this sweep (an online fit, tested on the sweep's curves it was not
+    fitted on): its paired errors and size trend were learned on the sweep, and are kept.
+    """
     tested = []
     misses = []
     for c, reach in reaching_curves(curves):
@@ -148,7 +152,10 @@ def prior_for_sweep(
         bands.append(ErrorBand(fraction=b.fraction, n=max(n, 2), bias=b.bias, scale=scale,
                                max_abs=max(b.max_abs, scale), fit_residual=b.fit_residual))
     info = {**prior.info, "prior_tested_on": [f"{r}@{x:g}" for r, x in tested], "prior_shape_miss": miss}
-    # The size trend would replace the widened band for a run with a known size: the prior's size model was
-    # learned on its own family, so it is dropped with the paired errors.
-    surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[], info=info)
+    if own:
+        surrogate = replace(prior, error_bands=bands, info=info)
+    else:
+        # The size trend would replace the widened band for a run with a known size: the prior's size model
+        # was learned on its own family, so it is dropped with the paired errors.
+        surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[], info=info)
     return SweepPrior(surrogate=surrogate, tested=tuple(tested), miss=miss)

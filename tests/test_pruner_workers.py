@@ -187,11 +187,18 @@ def check_consistent(study: optuna.Study, surrogate_path: Path) -> dict[str, int
             else:
                 assert label.startswith("online:")
                 if label not in fits:
-                    numbers = [int(n) for n in label[len("online:"):].split(",")]
+                    fitted, _, tested = label[len("online:"):].partition(";")
+                    numbers = [int(n) for n in fitted.split(",")]
                     ref = [u for u in trials if u.number in numbers]
                     curves, got = reference_curves(ref, TrialControls())
                     assert got == numbers
                     fits[label] = fit_surrogate(curves)
+                    if tested:  # the fit tested on other trials' curves, each up to the t̂ named
+                        named = [part.split("@") for part in tested.split(",")]
+                        ref_curves = [trial_curve(by_number[int(n)], TrialControls(total=TOTAL, tau=TAU,
+                                                                                 tpp=TPP)).truncated(float(r))
+                                      for n, r in named]
+                        fits[label] = prior_for_sweep(fits[label], ref_curves, own=True).surrogate
                 surrogate = fits[label]
             paired_at = re.search(r"loss ratio at t_hat=([0-9.e-]+)", e["reason"])
             if paired_at:
@@ -238,7 +245,9 @@ def test_workers_share_one_study(storage_url, surrogate_file, workers, per_worke
     if reference == "file":
         config["reference"] = str(surrogate_path)
     else:
-        config["reference"] = {"online": True, "min_trials": 3, "max_trials": 3}
+        # Inline refits: the workers' synthetic trials take milliseconds, so a fit in the background could
+        # finish after the last judgement; the test is about the workers sharing one study.
+        config["reference"] = {"online": True, "min_trials": 3, "max_trials": 3, "refit": "inline"}
     outs = [str(folder / f"{name}-w{i}.json") for i in range(workers)]
     t0 = time.perf_counter()
     procs = [_run(["worker", url, name, str(per_worker), str(i), json.dumps(config), outs[i]])
@@ -264,7 +273,7 @@ def test_workers_share_one_study(storage_url, surrogate_file, workers, per_worke
         # Every online fit is of completed trials (pruning by loss ratio may start before the first fit).
         fitted = {int(n) for t in trials for e in trial_decisions(t)
                   if (e["reference"] or "").startswith("online:")
-                  for n in e["reference"][len("online:"):].split(",")}
+                  for n in e["reference"][len("online:"):].partition(";")[0].split(",")}
         assert fitted and all(trials[n].state == COMPLETE for n in fitted)
     print(f"{workers} workers, {url.split(':')[0]}: {len(trials)} trials, {counts} in {elapsed:.1f} s")
 

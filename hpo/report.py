@@ -82,6 +82,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "total_tokens": a.get("total_tokens"), "tokens_trained": tokens,
             "final_loss": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
             **{k: a.get(k) for k in (*DECISION_ATTRS, ERROR_ATTR)},
+            "params": dict(t.params),  # not a CSV column: the best line of a study made outside a sweep
         }
         rows.append(row)
     return rows
@@ -145,20 +146,48 @@ def _tokens(x: Any) -> str:
     return "-" if x is None else human_tokens(float(x))
 
 
-def summary_lines(rows: list[dict[str, Any]], comp: Compute) -> list[str]:
-    """The best trial and the compute saved, as printed at the end of a sweep."""
+def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "tokens") -> list[str]:
+    """The best trial and the compute saved, as printed at the end of a sweep. ``units``: what ``comp``
+    counts (a study made outside a sweep may count optimizer steps or fractions of training)."""
     best = best_row(rows)
     counts = {s: sum(1 for r in rows if r["state"] == s) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
     lines = [", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v) or "no trials"]
-    if best is not None:
+    if best is not None and best["draw"] is not None and _num(best["lr"]) is not None:  # a sweep's trial
         lines.append(f"best: trial {best['number']} (draw {best['draw']}, seed {best['seed']}) "
                      f"lr={best['lr']:.4g} "
                      f"batch_tokens={best['batch_tokens']} final_loss={best['final_loss']:.4f}")
+    elif best is not None:  # a study made outside a sweep: its own parameters
+        params = " ".join(f"{k}={_fmt(v)}" for k, v in (best.get("params") or {}).items())
+        lines.append(f"best: trial {best['number']} {params} final_loss={best['final_loss']:.4f}".replace(
+            "  ", " "))
     from collapse_hpo.hpo.progress import human_tokens
 
-    lines.append(f"compute: {human_tokens(comp.spent)} of {human_tokens(comp.unpruned)} tokens "
-                 f"({100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved)")
+    share = f"{100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved"
+    if units == "tokens":
+        lines.append(f"compute: {human_tokens(comp.spent)} of {human_tokens(comp.unpruned)} tokens ({share})")
+    elif units in ("fraction", "mixed units"):  # no common unit to count in: the share only
+        lines.append(f"compute: {share}")
+    else:
+        lines.append(f"compute: {comp.spent:.4g} of {comp.unpruned:.4g} {units} ({share})")
     return lines
+
+
+def study_unpruned(study: optuna.Study) -> tuple[float, str]:
+    """(length of training every trial to its end, its units) for a study made outside a sweep file: the
+    sum of the trials' stored training lengths (``total``/``units``, or ``total_tokens``, as the pruner and
+    the Ray scheduler's mirror record them). Units are ``"tokens"``, ``"steps"`` or ``"fraction"``, or
+    ``"mixed units"`` when the trials count differently."""
+    import optuna
+
+    total, units = 0.0, set()
+    for t in study.get_trials(deepcopy=False):
+        if t.state == optuna.trial.TrialState.WAITING:
+            continue
+        length, unit = stored_total(t.user_attrs)
+        if length is not None:
+            total += length
+            units.add(unit)
+    return total, (units.pop() if len(units) == 1 else "tokens" if not units else "mixed units")
 
 
 def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
@@ -208,7 +237,9 @@ def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> An
             return Surrogate.from_dict(stored["surrogate"], source="study attr")
     except InputError:
         return None
-    return None
+    from collapse_hpo.hpo.dashboard import find_reference  # what the pruner or the mirror recorded
+
+    return find_reference(study)[0]
 
 
 def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_path: Path | None = None,
@@ -317,8 +348,12 @@ def check_report_outputs(results_dir: str | os.PathLike[str]) -> None:
 
 
 def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpruned: float,
-                 reference_path: Path | None = None, title: str = "") -> tuple[str, list[str]]:
+                 reference_path: Path | None = None, title: str = "", *, units: str = "tokens",
+                 sweep: bool = True) -> tuple[str, list[str]]:
     """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines).
+
+    ``unpruned`` is in ``units`` (`summary_lines`); ``sweep=False`` for a study made outside a sweep file
+    (plain Optuna, Ray Tune's mirror, Hugging Face): no `collapse-hpo resume` hint.
 
     Without matplotlib (a core install: it comes with the ``dashboard`` extra) the figure is left out and a
     summary line says which extra draws it; the table and the CSV files do not need it."""
@@ -337,7 +372,7 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
         if no_figure is None:
             plot_curves(out / "curves.png", study, reference_path, title)
     comp = compute(study, unpruned)
-    lines = summary_lines(rows, comp)
+    lines = summary_lines(rows, comp, units)
     import optuna
 
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
@@ -347,7 +382,7 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     trials = study.get_trials(deepcopy=False)
     live = {slot(t) for t in trials if t.state != optuna.trial.TrialState.FAIL}
     interrupted = len({slot(t) for t in trials if t.user_attrs.get("interrupted")} - live)
-    if waiting or interrupted:
+    if sweep and (waiting or interrupted):
         lines.append(f"the sweep is not finished ({waiting} planned trials not started, {interrupted} "
                      "interrupted): continue it with `collapse-hpo resume`")
     if no_figure is None:

@@ -1,4 +1,9 @@
-"""`collapse-hpo report SWEEP.yaml`: the results table (printed and CSV), curves CSV, plots, compute saved."""
+"""`collapse-hpo report SWEEP.yaml` (or `--storage URL --study NAME`): the results table (printed and CSV),
+curves CSV, plots, compute saved.
+
+With ``--storage`` the study may come from anywhere: a plain Optuna objective with the CollapsePruner, Ray
+Tune's mirror (``CollapseScheduler(storage=..., study_name=...)``) or Hugging Face's
+``hyperparameter_search``; each trial's training length and units are the ones its pruner recorded."""
 
 from __future__ import annotations
 
@@ -6,18 +11,35 @@ import argparse
 
 from collapse_hpo.hpo.commands.run import add_arguments as _add_arguments
 
-HELP = "print a sweep's results table and compute saved; write results.csv, curves.csv, curves.png"
+HELP = ("print a sweep's or any study's results table and compute saved; write results.csv, curves.csv, "
+        "curves.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Same arguments as `run` (they locate the sweep)."""
+    """The arguments of `run` (they locate the sweep), or ``--storage URL --study NAME`` for any study."""
     _add_arguments(parser, no_prune_help="report the unpruned sweep that `run --no-prune` trained (study "
-                   "'<name>-noprune' in '<results>-noprune' unless --results is given); trains nothing")
+                   "'<name>-noprune' in '<results>-noprune' unless --results is given); trains nothing",
+                   sweep_optional=True)
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="an Optuna storage URL instead of a sweep file (e.g. sqlite:///sweep.db): a "
+                             "study made by plain Optuna, Ray Tune's mirror or Hugging Face")
+    parser.add_argument("--study", metavar="NAME", default=None,
+                        help="with --storage: the study's name (default: the storage's only study); files go "
+                             "to --results, default results/<NAME>")
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the study (finished, running or interrupted) and write the report; trains nothing."""
     import optuna
+
+    from collapse_hpo.predictors.errors import InputError
+
+    if (args.sweep is None) == (args.storage is None):
+        raise InputError("report: give a sweep file or --storage URL (one of them)")
+    if args.storage is not None:
+        return _report_study(args)
+    if args.study is not None:
+        raise InputError("report: --study names a study in --storage; a sweep file names its own")
 
     from collapse_hpo.hpo.commands.run import finish
     from collapse_hpo.hpo.config import load_sweep
@@ -54,6 +76,53 @@ def _report_staged(sweep, loc, args: argparse.Namespace) -> int:
     studies = open_stages(sweep, locs)
     clean_stale_tmp(loc.results)
     return finish_stages(sweep, locs, studies)
+
+
+def _report_study(args: argparse.Namespace) -> int:
+    """`report --storage URL [--study NAME]`: the same table and files for a study made outside a sweep file.
+    Exit status 1 when every trial FAILed, as for a sweep."""
+    import re
+    import sys
+    from pathlib import Path
+
+    import optuna
+
+    from collapse_hpo.hpo.commands._study import load_named_study, storage_for
+    from collapse_hpo.hpo.report import check_report_outputs, study_unpruned, write_report
+    from collapse_hpo.hpo.runner import all_failed
+    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.predictors.atomic import check_writable_dir
+    from collapse_hpo.predictors.errors import InputError
+
+    if args.no_prune:
+        raise InputError("report: --no-prune names a sweep file's unpruned run; with --storage, name the "
+                         "study with --study")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage_for(args.storage)
+    study = load_named_study(url, args.study)
+    # a study name may hold any character: the default folder keeps letters, digits, '.', '_' and '-'
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", study.study_name).strip("._") or "study"
+    out = Path(args.results) if args.results is not None else Path("results") / folder
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        check_report_outputs(out)
+    elif args.results is None:  # the default folder: results/ is made in a writable current folder
+        check_writable_dir(parent if parent.is_dir() else Path("."), "report")
+    elif not parent.is_dir():
+        raise InputError(f"--results {out}: folder {parent} does not exist; create it first")
+    else:
+        check_writable_dir(parent, "report")
+    unpruned, units = study_unpruned(study)
+    table, lines = write_report(study, out, unpruned, None, title=study.study_name, units=units, sweep=False)
+    print(table)
+    for line in lines:
+        print(line)
+    print(f"review it in optuna-dashboard: collapse-hpo dashboard --storage {mask_url(args.storage)}")
+    failed = all_failed(study)
+    if failed is not None:
+        print(f"collapse-hpo: error: study {study.study_name!r}: {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _check_results_folder(results: str | None) -> None:

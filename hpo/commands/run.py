@@ -11,9 +11,15 @@ NO_PRUNE_HELP = ("train every trial to the end (a separate study '<name>-noprune
                  "unless --results is given)")
 
 
-def add_arguments(parser: argparse.ArgumentParser, no_prune_help: str = NO_PRUNE_HELP) -> None:
-    """Arguments of `run` (shared by `resume` and `report`, which say what ``--no-prune`` means for them)."""
-    parser.add_argument("sweep", help="the sweep YAML file (e.g. studies/quickstart.yaml)")
+def add_arguments(parser: argparse.ArgumentParser, no_prune_help: str = NO_PRUNE_HELP, *,
+                  sweep_optional: bool = False) -> None:
+    """Arguments of `run` (shared by `resume` and `report`, which say what ``--no-prune`` means for them;
+    `report` may name a study with ``--storage`` instead of a sweep file: ``sweep_optional``)."""
+    if sweep_optional:
+        parser.add_argument("sweep", nargs="?", default=None,
+                            help="the sweep YAML file (e.g. studies/quickstart.yaml); or give --storage")
+    else:
+        parser.add_argument("sweep", help="the sweep YAML file (e.g. studies/quickstart.yaml)")
     parser.add_argument("--no-prune", action="store_true", help=no_prune_help)
     parser.add_argument("--results", metavar="DIR", default=None,
                         help="results folder (default: 'results' in the file, else results/<name>)")

@@ -218,7 +218,12 @@ def curves_figure(study: optuna.Study, surrogate: Surrogate | None = None, label
     fig.update_layout(
         title={"text": title + (f"<br><sup>{sub}</sup>" if sub else "")},
         xaxis_title="t̂ (tokens seen / total tokens)", yaxis_title="ℓ = L(t̂) / L(1)",
-        template="plotly_white", legend={"font": {"size": 10}},
+        template="plotly_white",
+        # outside the plot, right of it (plotly widens the right margin for it): with 20 trials and 5
+        # reference curves it is taller than the plot and scrolls, and never covers a curve; a click on an
+        # entry hides that curve, a double click shows it alone
+        legend={"font": {"size": 10}, "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top",
+                "itemclick": "toggle", "itemdoubleclick": "toggleothers"},
     )
     fig.update_yaxes(range=[0.95, 1.6])
     return fig

@@ -89,19 +89,10 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {mask_url(url)} yet: run "
                              f"`collapse-hpo run {sweep.source}` first") from None
     else:
-        url = args.storage
-        if url.startswith("sqlite") and not _sqlite_file_exists(url):
-            raise InputError(f"--storage {url}: no such SQLite file; give the study.db of a sweep")
-        from collapse_hpo.hpo.storage_errors import StorageFault
+        from collapse_hpo.hpo.commands._study import storage_for, study_names
 
-        try:
-            summaries = optuna.get_all_study_summaries(storage=url)
-        except StorageFault:
-            raise
-        except Exception as err:
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise InputError(f"--storage {mask_url(url)}: cannot open it ({first}); check the URL") from None
-        studies = [optuna.load_study(study_name=s.study_name, storage=url) for s in summaries]
+        url = storage_for(args.storage)  # ${NAME} read, the SQLite file must exist, the driver named
+        studies = [optuna.load_study(study_name=name, storage=url) for name in study_names(url)]
     if not args.no_publish:
         for study in studies:
             result = dashboard.publish(study, reference=references.get(study.study_name, reference))

@@ -127,6 +127,12 @@ def test_readme_plain_optuna_example_runs_on_the_core_install(installed):
     assert m, out.stdout
     assert 1e-3 <= float(m.group(1)) <= 1e-2 and int(m.group(2)) >= 1  # found the best, pruned something
     assert (folder / "sweep.db").is_file()
+    # its review on the core: the table and CSV files; the figure names the extra that draws it
+    report = _run([str(bin_dir / "collapse-hpo"), "report", "--storage", "sqlite:///sweep.db", "--study",
+                   "lr-sweep"], cwd=folder)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "pip install 'collapse-hpo[dashboard]'" in report.stdout
+    assert {p.name for p in (folder / "results" / "lr-sweep").iterdir()} == {"results.csv", "curves.csv"}
 
 
 def test_core_commands_work_and_extra_commands_name_their_extra(installed):

@@ -10,13 +10,11 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 
 import optuna
 import pytest
+from browser_util import chromium, need_chromium, served
 
 from collapse_hpo.hpo import dashboard
 from collapse_hpo.hpo.cli import main
@@ -27,9 +25,6 @@ from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 SURROGATE = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
                       error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)])
 TOTAL, TAU, TPP = 1_000_000, 0.1, 20.0
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
 
 
 def objective(trial: optuna.Trial) -> float:
@@ -158,41 +153,19 @@ def test_dashboard_cli_publishes_into_a_sweeps_study(finished, tmp_path, capsys)
     assert not (tmp_path / "none.db").exists()
 
 
-def _chromium(args: list[str], profile: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    exe = shutil.which("chromium") or "/usr/bin/chromium"
-    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, timeout=timeout, check=False)
-
-
-@pytest.mark.slow
 def test_real_dashboard_in_headless_chromium_shows_the_prediction(finished, tmp_path):
     """`collapse-hpo dashboard --storage URL` serves the study; Chromium shows a pruned trial's prediction."""
-    if not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
-        pytest.fail("Debian's chromium is needed: apt-get install -y chromium (.ci/run installs it)")
+    need_chromium()
     study = optuna.load_study(study_name="review", storage=finished["url"])
     pruned = study.get_trials(states=[optuna.trial.TrialState.PRUNED])[0]
     predicted = pruned.user_attrs["predicted_final_loss"]
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "collapse_hpo.hpo.cli", "dashboard", "--storage", finished["url"],
-         "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        url, lines, deadline = None, [], time.monotonic() + 60
-        while url is None:
-            line = server.stdout.readline()
-            assert line or server.poll() is None, "dashboard exited: " + "".join(lines)
-            assert time.monotonic() < deadline, "no URL printed: " + "".join(lines)
-            lines.append(line)
-            if "http://127.0.0.1:" in line:
-                url = line.split("http://", 1)[1].split()[0]
-                url = "http://" + url
+    with served(finished["url"]) as (url, lines):
         assert url.endswith("/dashboard/")
         assert any("published to study 'review'" in x for x in lines)
 
         page = f"{url}studies/{study._study_id}/trials?numbers={pruned.number}"
-        dom = _chromium(["--virtual-time-budget=20000", "--dump-dom", page], str(tmp_path / "profile1"))
+        dom = chromium(["--virtual-time-budget=20000", "--dump-dom", page], str(tmp_path / "profile1"))
         html = dom.stdout.decode("utf-8", "replace")
         assert f"Trial {pruned.number}" in html, dom.stderr.decode()[-2000:]
         assert "Pruned" in html
@@ -200,14 +173,11 @@ def test_real_dashboard_in_headless_chromium_shows_the_prediction(finished, tmp_
         assert "predicted_final_loss" in html and repr(predicted) in html  # the user attrs table
 
         shot = tmp_path / "dashboard_pruned_trial.png"
-        _chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", f"--screenshot={shot}", page],
-                  str(tmp_path / "profile2"))
+        chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", f"--screenshot={shot}", page],
+                 str(tmp_path / "profile2"))
         data = shot.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
 
-        top = _chromium(["--virtual-time-budget=20000", "--dump-dom", f"{url}studies/{study._study_id}"],
-                        str(tmp_path / "profile3"))
+        top = chromium(["--virtual-time-budget=20000", "--dump-dom", f"{url}studies/{study._study_id}"],
+                       str(tmp_path / "profile3"))
         assert "Collapsed curves" in top.stdout.decode("utf-8", "replace")  # the study figure is rendered
-    finally:
-        server.terminate()
-        server.wait(timeout=20)

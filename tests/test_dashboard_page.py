@@ -12,16 +12,12 @@ import json
 import math
 import os
 import re
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
-import numpy as np
 import optuna
 import pytest
+from browser_util import chromium, need_chromium, served, trial_pixels
 
 from collapse_hpo.hpo import dashboard
 from collapse_hpo.hpo.dashboard_page import PAGE_STYLE, PLOT_ELEMENT, page_app, reference_summary
@@ -37,9 +33,6 @@ SURROGATE = Surrogate(
 )
 TOTAL, TPP = 1_000_000, 20.0
 TAUS = (0.1, 0.2, 0.3)
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
 
 
 def _objective(trial: optuna.Trial) -> float:
@@ -115,54 +108,21 @@ def test_page_app_rewrites_the_page_and_the_study_json_only(study_url):
     assert json.loads(studies)["study_summaries"][0]["study_name"] == "page"
 
 
-def _chromium(args: list[str], profile: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    exe = shutil.which("chromium") or "/usr/bin/chromium"
-    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, timeout=timeout, check=False)
-
-
-def _trial_pixels(png: Path, box: tuple[int, int, int, int]) -> int:
-    """Pixels inside ``box`` (x0, y0, x1, y1) in the figure's trial colours (grey left out: text has it)."""
-    from PIL import Image
-
-    x0, y0, x1, y1 = box
-    img = np.asarray(Image.open(png).convert("RGB")).astype(int)[y0:y1, x0:x1]
-    n = 0
-    for color in (c for c in dashboard._COLORS if c != "#7f7f7f"):
-        rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
-        n += int((np.abs(img - rgb).sum(axis=2) <= 30).sum())
-    return n
-
-
 @pytest.mark.slow
 def test_study_page_shows_the_figure_first_at_full_width_with_the_legend_beside_the_data(study_url, tmp_path):
-    if not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
-        pytest.fail("Debian's chromium is needed: apt-get install -y chromium (.ci/run installs it)")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "collapse_hpo.hpo.cli", "dashboard", "--storage", study_url, "--port", "0",
-         "--no-publish"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        url, lines, deadline = None, [], time.monotonic() + 60
-        while url is None:
-            line = server.stdout.readline()
-            assert line or server.poll() is None, "dashboard exited: " + "".join(lines)
-            assert time.monotonic() < deadline, "no URL printed: " + "".join(lines)
-            lines.append(line)
-            if "http://127.0.0.1:" in line:
-                url = "http://" + line.split("http://", 1)[1].split()[0]
+    need_chromium()
+    with served(study_url, "--no-publish") as (url, _):
         page = f"{url}studies/1"
         # above the fold: a 1400 x 1000 window shows the curves, across the page's width
         shot = Path(os.environ.get("COLLAPSE_HPO_SHOT_DIR", tmp_path)) / "dashboard_study_page.png"
-        _chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", f"--screenshot={shot}", page],
-                  str(tmp_path / "p1"))
+        chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", f"--screenshot={shot}", page],
+                 str(tmp_path / "p1"))
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert _trial_pixels(shot, (150, 60, 700, 1000)) >= 200  # left half of the page, first 1000 px
-        assert _trial_pixels(shot, (700, 60, 1050, 1000)) >= 200  # and its right half: full width
+        assert trial_pixels(shot, (150, 60, 700, 1000)) >= 200  # left half of the page, first 1000 px
+        assert trial_pixels(shot, (700, 60, 1050, 1000)) >= 200  # and its right half: full width
 
-        dom = _chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", "--dump-dom", page],
-                        str(tmp_path / "p2"))
+        dom = chromium(["--virtual-time-budget=20000", "--window-size=1400,1000", "--dump-dom", page],
+                       str(tmp_path / "p2"))
         html = dom.stdout.decode("utf-8", "replace")
         element = re.search(rf'<div[^>]*\bid="{re.escape(PLOT_ELEMENT)}"', html)  # not the page's style sheet
         assert element, dom.stderr.decode()[-2000:]
@@ -175,6 +135,3 @@ def test_study_page_shows_the_figure_first_at_full_width_with_the_legend_beside_
         assert figure.count("trace scatter") >= 20  # every trial's curve is drawn
         assert "reference surrogate: b = 0.5·τ^0.3, q = 1·TPP^0.1, m = 0.05; fitted on 12 curves" in html
         assert "collapse-hpo-surrogate" not in html  # no raw surrogate JSON on the page
-    finally:
-        server.terminate()
-        server.wait(timeout=20)

@@ -11,15 +11,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from browser_util import chromium, need_chromium, served, trial_pixels
 
 from collapse_hpo.hpo import dashboard
 from collapse_hpo.hpo.pruner import CollapsePruner
@@ -30,9 +28,6 @@ from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 SURROGATE = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1,
                       error_bands=[ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)])
 TOTAL, TAU, TPP = 1_000_000, 0.1, 20.0
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
 
 
 def objective(trial: optuna.Trial) -> float:
@@ -222,62 +217,25 @@ def test_report_shows_pruned_curves_above_the_old_range(tmp_path, monkeypatch):
     assert low < 2.0
 
 
-def _chromium(args: list[str], profile: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    exe = shutil.which("chromium") or "/usr/bin/chromium"
-    return subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, timeout=timeout, check=False)
-
-
-def _curve_pixels(png: Path, right: int = 480) -> int:
-    """Pixels of the screenshot, left of x = ``right``, in the figure's trial colours.
-
-    At 1400 px wide the study page's left column holds the collapse figure with its legend right of
-    x ≈ 500; the plots above it (history, importance) use plotly's own palette, not ``_COLORS``. Grey
-    (#7f7f7f) is left out: the page's text has it. An empty figure leaves no such pixel here.
-    """
-    from PIL import Image
-
-    img = np.asarray(Image.open(png).convert("RGB")).astype(int)[:, :right]
-    n = 0
-    for color in (c for c in dashboard._COLORS if c != "#7f7f7f"):
-        rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
-        n += int((np.abs(img - rgb).sum(axis=2) <= 30).sum())
-    return n
-
-
 @pytest.mark.slow
 def test_screenshot_shows_the_collapse_figure_of_a_plain_optuna_study(plain, tmp_path):
     """`collapse-hpo dashboard --storage URL` on the README's plain study: the study page shows the curves."""
-    if not (shutil.which("chromium") or os.path.exists("/usr/bin/chromium")):
-        pytest.fail("Debian's chromium is needed: apt-get install -y chromium (.ci/run installs it)")
+    need_chromium()
     study = optuna.load_study(study_name="plain", storage=plain["url"])
-    server = subprocess.Popen(
-        [sys.executable, "-m", "collapse_hpo.hpo.cli", "dashboard", "--storage", plain["url"], "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        url, lines, deadline = None, [], time.monotonic() + 60
-        while url is None:
-            line = server.stdout.readline()
-            assert line or server.poll() is None, "dashboard exited: " + "".join(lines)
-            assert time.monotonic() < deadline, "no URL printed: " + "".join(lines)
-            lines.append(line)
-            if "http://127.0.0.1:" in line:
-                url = "http://" + line.split("http://", 1)[1].split()[0]
+    with served(plain["url"]) as (url, lines):
         page = f"{url}studies/{study._study_id}"
         shot = Path(os.environ.get("COLLAPSE_HPO_SHOT_DIR", tmp_path)) / "dashboard_plain_optuna.png"
-        _chromium(["--virtual-time-budget=20000", "--window-size=1400,2400", f"--screenshot={shot}", page],
-                  str(tmp_path / "p2"))
+        chromium(["--virtual-time-budget=20000", "--window-size=1400,2400", f"--screenshot={shot}", page],
+                 str(tmp_path / "p2"))
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        pixels = _curve_pixels(shot)
+        # left of x = 480 at 1400 px: the collapse figure's curves (first on the page, hpo/dashboard_page.py);
+        # the other plots use plotly's own palette, not the figure's colours. An empty figure leaves none.
+        pixels = trial_pixels(shot, (0, 0, 480, 2400))
         assert pixels >= 200, pixels  # the curves are drawn, not an empty frame
         assert any("reference: surrogate" in x for x in lines), lines
 
-        dom = _chromium(["--virtual-time-budget=20000", "--dump-dom", page], str(tmp_path / "p1"))
+        dom = chromium(["--virtual-time-budget=20000", "--dump-dom", page], str(tmp_path / "p1"))
         html = dom.stdout.decode("utf-8", "replace")
         assert "Collapsed curves" in html, dom.stderr.decode()[-2000:]
         assert "reference: surrogate" in html and "pass reference" not in html
         assert html.count("trace scatter") >= len(study.trials) + 1  # every trial's curve and the reference
-    finally:
-        server.terminate()
-        server.wait(timeout=20)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util  # `import importlib` alone does not load the util submodule
-import signal
 import sys
 
 from collapse_hpo.predictors.errors import InputError
@@ -79,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     except OverflowError as err:
         return fail(f"a number in the input is too large ({err}); check the values given")
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP in a sweep's driver (hpo/stop.py)
-        signum = getattr(err, "signum", signal.SIGINT)
-        print(f"collapse-hpo {args.command}: {getattr(err, 'message', 'interrupted')}", file=sys.stderr)
-        return 128 + int(signum)
+        from collapse_hpo.hpo.stop import STOP
+
+        stopped = STOP.interrupted(err)
+        print(f"collapse-hpo {args.command}: {stopped.message}", file=sys.stderr)
+        return 128 + int(stopped.signum)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ class SweepStop:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.last_signum: int | None = None  # the latest signal handled (a second one raises)
         self.fault: str | None = None  # a storage fault (hpo/storage_errors.py) that stops the sweep
         self._deferring = False
 
@@ -77,10 +78,18 @@ class SweepStop:
         return self.signum is not None or self.fault is not None
 
     def _handle(self, signum: int, _frame: Any) -> None:
+        self.last_signum = signum
         if self._deferring and self.signum is None:
             self.signum = signum  # stop at the next step of Ray Tune; nothing else runs in a handler
             return
         raise Interrupted(signum)
+
+    def interrupted(self, err: KeyboardInterrupt) -> Interrupted:
+        """``err`` as an `Interrupted` naming the signal: Ray may re-raise the `Interrupted` our handler
+        raised as a plain ``KeyboardInterrupt`` (exit status 130 whatever the signal)."""
+        if isinstance(err, Interrupted):
+            return err
+        return Interrupted(self.last_signum or signal.SIGINT)
 
     def install(self) -> None:
         """(Re)install the handlers of `STOP_SIGNALS` (main thread only; Python allows no other)."""
@@ -95,6 +104,7 @@ class SweepStop:
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
         self.signum = None
+        self.last_signum = None
         self.fault = None
         self.install()
         try:

@@ -68,8 +68,9 @@ def installed(tmp_path_factory):
 
     inside = set(zipfile.ZipFile(wheel).namelist())
     sources = {f"collapse_hpo/{p.relative_to(REPO).as_posix()}" for name in SOURCES if (REPO / name).is_dir()
-               for p in (REPO / name).rglob("*.py")}
-    # every module of the repository is in the wheel (a new sub-package must be listed in pyproject.toml)
+               for pattern in ("*.py", "*.json") for p in (REPO / name).rglob(pattern)}
+    # every module and data file of the repository is in the wheel (a new sub-package must be listed in
+    # pyproject.toml's packages, a data file in its package-data: the online reference's builtin prior)
     assert sources <= inside, f"not in the wheel: {sorted(sources - inside)[:10]}"
     assert any(n.endswith("/licenses/LICENSE") for n in inside)  # the license file travels with it
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work)
@@ -84,6 +85,8 @@ def installed(tmp_path_factory):
 def test_the_core_install_has_no_extra_and_no_repository_on_its_path(installed):
     bin_dir, work = installed
     probe = ("import importlib.util, json, collapse_hpo.hpo.pruner as p; "
+             "from collapse_hpo.predictors.prior import BUILTIN, load_prior; "
+             "load_prior(BUILTIN)  # the online reference's prior: a data file of the wheel\n"
              f"print(json.dumps([p.__file__, [m for m in {HEAVY!r} if importlib.util.find_spec(m)]]))")
     out = _run([str(bin_dir / "python"), "-c", probe], cwd=work)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -167,7 +167,9 @@ def test_core_commands_work_and_extra_commands_name_their_extra(installed):
                         (["dashboard", "--storage", "sqlite:///x.db"], "collapse-hpo[dashboard]"),
                         (["forecast", "--surrogate", "surrogate.json", "--params", "5e8", "--tokens", "2e10",
                           "--plot", "f.png"], "collapse-hpo[dashboard]"),
-                        (["replay", "curves.csv", "--plot", "p.png"], "collapse-hpo[dashboard]")):
+                        (["replay", "curves.csv", "--plot", "p.png"], "collapse-hpo[dashboard]"),
+                        (["report", "--storage", "postgresql://postgres@127.0.0.1:5432/test"],
+                         "collapse-hpo[postgres]")):
         out = _run([cli, *args], cwd=folder)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1, f"{args[0]}: {out.stderr[-2000:]}"

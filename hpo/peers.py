@@ -435,10 +435,11 @@ def load_surrogate(*, surrogate: str | None = None, reference: str | None = None
 
 
 def _set_controls(trial: Any, curve: Any) -> None:
-    """The trial's controls as the CollapsePruner reads them; steps are t_permille, so total_tokens = 1000."""
+    """The trial's controls as the CollapsePruner reads them: a step is t̂ in STEP_SCALE-ths of training."""
     from collapse_hpo.hpo.record import set_trial_controls
 
-    set_trial_controls(trial, total_tokens=STEP_SCALE, schedule=curve.schedule, tau=curve.tau, tpp=curve.tpp)
+    set_trial_controls(trial, units="steps", total=STEP_SCALE, schedule=curve.schedule, tau=curve.tau,
+                       tpp=curve.tpp)
 
 
 def collapse_factory(name: str, reference: Any, **settings: Any) -> PrunerFactory:

@@ -15,9 +15,10 @@ sweep's Optuna study, or None where there is none (a Ray scheduler without a mir
 reference needs it. ``trials``: the study's trials when the caller has them already. The label names the
 surrogate used (recorded with every decision, e.g. ``online:0,1,2``) or says why there is none.
 
-Trial conventions (the pruner's step convention): the objective reports
-``trial.report(loss, step=tokens_seen)`` and sets the run's controls as trial user attrs ``total_tokens``
-(tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
+Trial conventions (the pruner's step convention): the objective reports ``trial.report(loss, step=progress)``
+and sets the run's controls as trial user attrs ``units`` (what a step counts: tokens, optimizer steps or a
+fraction) and ``total`` (the training length in those units; an older record's ``total_tokens`` counts as a
+total in tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
 timescale, None = no weight decay) and ``tpp`` (tokens per parameter, None = not defined);
 ``set_trial_controls`` in hpo/record.py writes them (names and readers of the trial record live there).
 Missing ones fall back to the pruner's defaults.
@@ -348,7 +349,7 @@ class OnlineReference:
         if len(curves) < self.min_trials:
             why = (
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
-                "before pruning starts (counted: COMPLETE, with total_tokens and a clean full curve)"
+                "before pruning starts (counted: COMPLETE, with a total and a clean full curve)"
             )
         else:
             surrogate, why = self._online(study, curves, tuple(numbers))

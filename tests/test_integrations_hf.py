@@ -27,8 +27,10 @@ from collapse_hpo.hpo.integrations.huggingface import (  # noqa: E402
     controls_from_args,
     non_embedding_params,
 )
+from collapse_hpo.hpo.pruner import CollapsePruner  # noqa: E402
 from collapse_hpo.hpo.record import ALARM_ATTR  # noqa: E402
 from collapse_hpo.predictors.errors import InputError  # noqa: E402
+from collapse_hpo.predictors.schedules import Schedule  # noqa: E402
 from collapse_hpo.predictors.timescale import step_tau  # noqa: E402
 
 HEADING = "### Hugging Face: `collapse_hp_space` and `CollapseCallback`"
@@ -126,6 +128,22 @@ def test_callback_reports_in_steps_and_a_fault_raises_the_alarm_during_training(
     assert (stored.user_attrs["units"], stored.user_attrs["total"]) == ("steps", 30)
     assert sorted(stored.intermediate_values) == [s for s, _ in logged][: len(stored.intermediate_values)]
     assert stored.intermediate_values[1] == pytest.approx(logged[0][1])  # the training loss, at its step
+
+
+def test_callback_in_your_own_objective_raises_trial_pruned_out_of_train(readme, tmp_path):
+    """A finished competitor with the same controls (steps, cosine with its warm-up, τ) and a far lower curve:
+    the trial is pruned at its first judgement and ``Trainer.train`` ends with ``optuna.TrialPruned``."""
+    study = optuna.create_study(pruner=CollapsePruner(reference="online", min_fraction=0.2))
+    attrs = {"units": "steps", "total": 30, "schedule": Schedule(kind="cosine", warmup=0.1).to_dict(),
+             "tau": step_tau(3e-3, 0.1, 30), "tpp": None}
+    study.add_trial(optuna.trial.create_trial(value=0.5, intermediate_values={s: 0.5 for s in range(1, 31)},
+                                              user_attrs=attrs))
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="pruned by the collapse rule"):
+        _train(readme, tmp_path, [CollapseCallback(trial)])
+    stored = study.trials[1]
+    assert {k: stored.user_attrs[k] for k in attrs} == attrs  # equal controls, read from the arguments
+    assert 6 <= max(stored.intermediate_values) < 30 and stored.user_attrs["collapse_decisions"][-1]["prune"]
 
 
 def test_controls_from_the_arguments_of_each_schedule(tmp_path):

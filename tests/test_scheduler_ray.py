@@ -208,7 +208,8 @@ def test_optuna_mirror_has_honest_states(reference_run):
             assert "pruned" in a["prune_reason"]
             assert a["decision_fraction"] == pytest.approx(res[lr]["prune_t_hat"])
             assert a["collapse_decisions"][-1]["prune"] is True
-            assert max(m["steps"]) / a["total_tokens"] == pytest.approx(res[lr]["prune_t_hat"])
+            assert max(m["steps"]) / a["total"] == pytest.approx(res[lr]["prune_t_hat"])
+            assert a["units"] == "fraction"  # the trainable reports t_hat
         assert m["attrs"]["ray_config"]["lr"] == lr
         assert m["attrs"]["tau"] == TAU and m["attrs"]["tpp"] == TPP
 

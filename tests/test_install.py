@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from readme_util import readme_block
 
 REPO = Path(__file__).resolve().parents[1]
 #: What the wheel is built from (a copy, so the build writes nothing into the repository).
@@ -38,13 +39,6 @@ def _env() -> dict[str, str]:
 
 def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
-
-
-def _readme_block(section: str) -> str:
-    """The first Python block of the README section titled ``section``."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return body.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +117,7 @@ def test_readme_plain_optuna_example_runs_on_the_core_install(installed):
     bin_dir, work = installed
     folder = work / "readme"
     folder.mkdir()
-    (folder / "example.py").write_text(_readme_block("In a plain Optuna objective"), encoding="utf-8")
+    (folder / "example.py").write_text(readme_block("## In a plain Optuna objective"), encoding="utf-8")
     out = _run([str(bin_dir / "python"), "example.py"], cwd=folder)
     assert out.returncode == 0, out.stderr[-3000:]
     m = re.search(r"best lr ([0-9.e+-]+), loss [0-9.]+; (\d+) of 8 trials pruned", out.stdout)

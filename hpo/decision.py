@@ -44,7 +44,9 @@ has reached ``min_fraction`` is compared by the loss ratio at the common fractio
 with ``margin`` as the whole margin: early in a random search the eventual best is close to the leader,
 later the curves of different controls cross by far more than any affordable margin (BENCHMARKS §13). A
 trial that runs ahead of its competitors is compared at their latest fraction (the common one) and the
-reason says both fractions: where they were compared and where the decision was made. The reason states
+reason says both fractions: where they were compared and where the decision was made. The margin is
+``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the reference's paired error at its latest fraction
+(a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
 the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
 ``comparison="interval"`` is
 the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes at once. A surrogate
@@ -88,6 +90,26 @@ DEFAULT_MARGIN = 0.04
 #: best kept in 20 of 20 orders); random_s1, the λ-fixed, τ-held and surestop sweeps are out of sample.
 EARLY_JUDGEMENT = 1.5
 
+#: The margin never exceeds MARGIN_CAP times the reference's paired error at its latest fraction (the
+#: smallest error of a predicted ratio of two of its runs' final losses, ``Surrogate.pair_bands[-1]``), when
+#: at least MARGIN_CAP_RUNS runs stand behind that error (a few similar completed trials of an online fit do
+#: not shrink it): a sweep whose runs end within 1% of each other needs no 4% lead to tell them apart, and
+#: its reference says so. 2 was chosen on surestop_lora's earlier nights (reference: the later nights) as the
+#: smaller of 2 and 2.5 that kept the best run in 20 of 20 orders (0.425 and 0.498 of the compute); the later
+#: nights are out of sample (BENCHMARKS §13). Our pre-training references cap above 0.04 (2 × 0.027 for the
+#: 99K family, the builtin prior; 2 × 0.09 for a random search), so those sweeps keep ``margin``.
+MARGIN_CAP = 2.0
+MARGIN_CAP_RUNS = 10
+
+
+def sweep_margin(settings: PruneSettings, surrogate: Surrogate | None) -> float:
+    """The margin used for this sweep: ``settings.margin``, capped at ``MARGIN_CAP`` × the surrogate's paired
+    error at its latest fraction when that error stands on at least ``MARGIN_CAP_RUNS`` runs."""
+    if surrogate is None or not surrogate.pair_bands or surrogate.pair_bands[-1].n < MARGIN_CAP_RUNS:
+        return settings.margin
+    return min(settings.margin, MARGIN_CAP * surrogate.pair_bands[-1].scale)
+
+
 # Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
 T_HAT_END = 1.0 + 1e-9
 
@@ -110,7 +132,8 @@ class PruneSettings:
             covers the curves crossing later) and between any two trials during a trial's first judgements
             (t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``: the early loss ratio, see the module docstring);
             later it is a floor under the surrogate's learned paired margin between trials whose controls
-            differ. ``FRONTIER_KNOBS["collapse"]`` in hpo/peers.py sweeps it.
+            differ. A reference whose runs are told apart more finely caps it (``sweep_margin``: at most
+            ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/peers.py sweeps it.
     """
 
     min_fraction: float = 0.1
@@ -623,6 +646,7 @@ def _paired(
     from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
 
     align_start = surrogate.align_start if surrogate is not None else 0.5
+    floor = sweep_margin(settings, surrogate)
     if prediction is not None:
         value = float(prediction.final_loss)
         low = float(prediction.low) if prediction.low is not None else value
@@ -679,7 +703,7 @@ def _paired(
             if last is not None and last >= settings.min_fraction:
                 f = last
                 log_ratio: float | None = None
-                margin = settings.margin
+                margin = floor
                 if same_controls(schedule, tau, tpp, c):
                     if log_y is None:
                         log_y = np.log(y)
@@ -700,7 +724,7 @@ def _paired(
                     theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
                     if mine is not None and theirs is not None and band is not None:
                         learned = t_quantile(settings.confidence, band.n) * band.scale
-                        margin = max(settings.margin, learned * math.sqrt(1 + 1 / band.n))
+                        margin = max(floor, learned * math.sqrt(1 + 1 / band.n))
                         log_ratio = math.log(mine / theirs)
                         how = f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
                 if log_ratio is not None:

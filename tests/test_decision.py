@@ -252,9 +252,26 @@ def test_equal_controls_keep_the_better_run_and_a_run_within_the_margin():
     t, y = distorted(3.0, 0.3)
     assert not judge_paired(t, y, [rival(3.2, 1.0)]).prune  # the better one
     t, y = distorted(3.09, 0.3)
-    d = judge_paired(t, y, [rival(3.0, 1.0)])  # 3% worse: inside the 4% default margin
+    d = judge_paired(t, y, [rival(3.0, 1.0)], surrogate=None)  # 3% worse: inside the 4% default margin
     assert not d.prune and "kept" in d.reason
-    assert judge_paired(t, y, [rival(3.0, 1.0)], margin=0.02).prune  # outside a 2% margin
+    assert judge_paired(t, y, [rival(3.0, 1.0)], surrogate=None, margin=0.02).prune  # outside a 2% margin
+
+
+def test_the_margin_is_capped_at_twice_the_references_paired_error():
+    # PAIRED's runs are told apart to 0.5% (paired error on 20 runs): a 4% lead is more than its sweeps need,
+    # so the margin is 2 × 0.5% = 1% and the run 3% worse is pruned; with the paired error on fewer than
+    # MARGIN_CAP_RUNS runs (an early online fit) the setting's margin stands.
+    from dataclasses import replace
+
+    from collapse_hpo.hpo.decision import MARGIN_CAP_RUNS, sweep_margin
+
+    t, y = distorted(3.09, 0.3)
+    assert sweep_margin(PruneSettings(), PAIRED) == pytest.approx(0.01)
+    d = judge_paired(t, y, [rival(3.0, 1.0)])
+    assert d.prune and "more than the 1.00% margin" in d.reason
+    few = replace(PAIRED, pair_bands=[replace(PAIRED.pair_bands[0], n=MARGIN_CAP_RUNS - 1)])
+    assert sweep_margin(PruneSettings(), few) == DEFAULT_MARGIN
+    assert not judge_paired(t, y, [rival(3.0, 1.0)], surrogate=few).prune
 
 
 def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin():
@@ -264,8 +281,11 @@ def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin
     # the bar is the rival's prediction at t̂ = 0.3 times the paired margin (t quantile × 0.5% × √(1 + 1/20))
     margin = math.exp(t_quantile(0.9, 20) * 0.005 * math.sqrt(1.05))
     assert d.threshold / d.prediction.final_loss == pytest.approx(margin / 1.03, rel=3e-3)
-    # the setting's margin is a floor under the learned one
-    assert not judge_paired(t, y, [rival_other_tau(3.0, 1.0)]).prune
+    # the setting's margin is a floor under the learned one (on a paired error of few runs, so not capped)
+    from dataclasses import replace
+
+    few = replace(PAIRED, pair_bands=[replace(PAIRED.pair_bands[0], n=5)])
+    assert not judge_paired(t, y, [rival_other_tau(3.0, 1.0)], surrogate=few).prune
 
 
 def test_paired_uses_a_younger_rival_at_its_own_last_fraction():

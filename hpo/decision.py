@@ -656,7 +656,6 @@ def _paired(
         low = value
         what = "current loss"
     own: dict[float, float | None] = {fraction: value}  # this trial's prediction at each fraction used
-    bands: dict[float, Any] = {}  # the surrogate's paired band at each fraction used
 
     def at(
         f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None,
@@ -694,6 +693,9 @@ def _paired(
     theirs_final, used_margin = math.nan, 0.0
     n_paired = 0
     log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
+    early = fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9  # this trial's first judgements
+    # Per common fraction f: the paired margin and its wording (the same for every competitor at f).
+    paired_at: dict[float, tuple[float, str] | None] = {}
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -710,23 +712,29 @@ def _paired(
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
                                                log_cy=c.log_loss())
                     how = f"loss ratio at t_hat={f:.3g}, equal controls"
-                elif fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9:
+                elif early:
                     if log_y is None:
                         log_y = np.log(y)
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
                                                log_cy=c.log_loss())
                     how = f"early loss ratio at t_hat={f:.3g}"
                 elif surrogate is not None and surrogate.pair_bands:
-                    band = bands[f] if f in bands else bands.setdefault(f, surrogate.pair_band(f))
+                    if f not in paired_at:
+                        band = surrogate.pair_band(f)
+                        if band is None:
+                            paired_at[f] = None
+                        else:
+                            learned = t_quantile(settings.confidence, band.n) * band.scale
+                            paired_at[f] = (max(floor, learned * math.sqrt(1 + 1 / band.n)),
+                                            f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}")
                     if f not in own:
                         own[f] = at(f, t, y, schedule, tau, tpp)
                     mine = own[f]
                     theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
-                    if mine is not None and theirs is not None and band is not None:
-                        learned = t_quantile(settings.confidence, band.n) * band.scale
-                        margin = max(floor, learned * math.sqrt(1 + 1 / band.n))
+                    paired = paired_at[f]
+                    if mine is not None and theirs is not None and paired is not None:
+                        margin, how = paired
                         log_ratio = math.log(mine / theirs)
-                        how = f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
                 if log_ratio is not None:
                     bar = value * math.exp(margin - log_ratio)
                     theirs_final, used_margin = value * math.exp(-log_ratio), margin

@@ -170,8 +170,8 @@ def per_order_table(after: dict[str, dict], before: dict[str, dict] | None, work
     head = "| pruner | orders | jobs | wall / order | CPU / order |"
     rule = "|---|---:|---:|---:|---:|"
     if before:
-        head += " before: wall / order | same decisions |"
-        rule += "---:|---|"
+        head += " before: wall / order | before: CPU / order | same decisions |"
+        rule += "---:|---:|---|"
     lines += [head, rule]
     for name, a in after.items():
         row = (f"| {name} | {a['orders']} | {a['jobs']} | {a['wall'] / a['orders']:.1f} | "
@@ -179,7 +179,7 @@ def per_order_table(after: dict[str, dict], before: dict[str, dict] | None, work
         if before and name in before:
             b, k = before[name], before[name]["orders"]
             same = "yes" if a["stopped_at"][:k] == b["stopped_at"][:k] else "NO"
-            row += f" {b['wall'] / k:.1f} | {same} (first {k} orders) |"
+            row += f" {b['wall'] / k:.1f} | {b['cpu'] / k:.1f} | {same} (first {k} orders) |"
         lines.append(row)
     for name in ("collapse", "collapse-online"):
         if name in after:

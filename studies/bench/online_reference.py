@@ -120,10 +120,13 @@ def part_choice(md: list[str], repeats: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ 2. replay
-def part_replay(md: list[str], orders: int, extdata: Path) -> None:
+def part_replay(md: list[str], orders: int, extdata: Path, prior: str) -> None:
     from shown_intervals import prune_entries
 
+    from collapse_hpo.hpo import peers
     from collapse_hpo.hpo.replay import make_sweep
+
+    peers.ONLINE_REPLAY["prior"] = prior  # `--prior none`: as before the prior existed (no early prediction)
 
     sweeps = dict(dev_sweeps())
     external: set[str] = set()
@@ -139,7 +142,8 @@ def part_replay(md: list[str], orders: int, extdata: Path) -> None:
         sweeps["qiu_chess_s0"], _ = qiu_chess_curves(extdata / "qiu_supercollapse", 0)
         external.add("qiu_chess_s0")
     md += ["## 2. Replays: prunes with a prediction, coverage of the shown interval", "",
-           f"`collapse-online`, {orders} order(s) per sweep, 4 workers, 50 reports; * = out of sample.", "",
+           f"`collapse-online` (prior: {prior}), {orders} order(s) per sweep, 4 workers, 50 reports; "
+           "* = out of sample.", "",
            "| sweep | prunes | with a prediction | coverage of the shown interval | by the prior / a fit |",
            "|---|---|---|---|---|"]
     total = {"dev": [0, 0, 0, 0], "external": [0, 0, 0, 0]}
@@ -220,10 +224,13 @@ def blocking_run(curves: list[Curve], refit: str, train_ms: float, workers: int)
 
 
 def part_blocking(md: list[str], n_trials: int, train_ms: float, workers: int) -> None:
-    curves = read_curves_csv(ART / "curves_random_s0.csv")[:n_trials]
+    # Worst to best final loss: each trial leads the ones before it, so it completes, and every completion
+    # asks for a refit (the most refits a sweep can ask for; in a random order most trials are pruned early).
+    curves = sorted(read_curves_csv(ART / "curves_random_s0.csv")[:n_trials], key=lambda c: -c.final_loss)
     md += ["## 3. Time a result waits for the pruner (`should_prune`), refits inline vs in the background",
            "", f"Plain Optuna, {len(curves)} trials of the random-config sweep (curves_random_s0.csv: every "
-           f"trial has its own τ, so every completion changes the reference), 50 reports each, {train_ms:g} "
+           "trial has its own τ), started worst to best so that each completes and asks for a refit, 50 "
+           f"reports each, {train_ms:g} "
            f"ms of sleep per report for training, {workers} worker threads, `reference: online` "
            "(min_trials 3).", "",
            "| refit | results | mean (ms) | p99 (ms) | max (ms) | pruned | sweep wall (s) |",
@@ -247,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-ms", type=float, default=20.0, help="sleep per report in part 3 (training)")
     ap.add_argument("--workers", type=int, default=2, help="worker threads in part 3")
     ap.add_argument("--extdata", type=Path, default=EXTDATA.resolve())
+    ap.add_argument("--prior", default="builtin", help="part 2's prior (none: as before)")
     ap.add_argument("--out", type=Path, default=ART / "online_reference.md")
     ap.add_argument("--skip", action="append", default=[], choices=("choice", "replay", "blocking"))
     args = ap.parse_args(argv)
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if "choice" not in args.skip:
         part_choice(md, args.repeats)
     if "replay" not in args.skip:
-        part_replay(md, args.orders, args.extdata)
+        part_replay(md, args.orders, args.extdata, args.prior)
     if "blocking" not in args.skip:
         part_blocking(md, args.trials, args.train_ms, args.workers)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -96,8 +96,9 @@ EARLY_JUDGEMENT = 1.5
 #: not shrink it): a sweep whose runs end within 1% of each other needs no 4% lead to tell them apart, and
 #: its reference says so. 2 was chosen on surestop_lora's earlier nights (reference: the later nights) as the
 #: smallest of 1.5, 2 and 2.5 that kept the best run in 20 of 20 orders (1.5: 0.328 of the compute, best cut
-#: in 11 of 20; 2: 0.425; 2.5: 0.498); the later nights are out of sample (BENCHMARKS §13). Our pre-training references cap above 0.04 (2 × 0.027 for the
-#: 99K family, the builtin prior; 2 × 0.09 for a random search), so those sweeps keep ``margin``.
+#: in 11 of 20; 2: 0.425; 2.5: 0.498); the later nights are out of sample (BENCHMARKS §13). Our pre-training
+#: references cap above 0.04 (2 × 0.027 for the 99K family, the builtin prior; 2 × 0.09 for a random search),
+#: so those sweeps keep ``margin``.
 MARGIN_CAP = 2.0
 MARGIN_CAP_RUNS = 10
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from readme_util import readme_blocks
 
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
@@ -297,27 +299,37 @@ def test_restore_after_sigkill_makes_the_same_decisions(reference_run, fast_dir,
 
 
 def test_readme_example_runs_as_written(ray_session, tmp_path, monkeypatch, capsys):
-    """The complete example of the README section, executed as it is (in this module's Ray instance)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    text = readme.split("## In an existing Ray Tune job", 1)[1].split("\n## ", 1)[0]
-    blocks = text.split("```python\n")
-    example = blocks[2].split("```", 1)[0]  # the second block: the complete example
+    """The README's Ray Tune example, executed as it is below the plain-Optuna example's definitions (as
+    the README says): Tune's seeded random search over lr, λ and warm-up, each trial's controls from its
+    config."""
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "readme_example"}  # not importable: Ray ships its functions by value
-    exec(compile(example, "README.md", "exec"), namespace)
-    results, total = namespace["results"], namespace["TOTAL_TOKENS"]
-    reach = {r.config["lr"]: r.metrics["tokens"] / total for r in results}
-    assert reach[3e-3] == 1.0  # the best is kept
-    assert all(reach[lr] <= 0.3 for lr in (3e-4, 3e-2))  # far-off ones are stopped early
-    assert sum(v < 1.0 for v in reach.values()) >= 3
+    exec(compile(readme_blocks("## In a plain Optuna objective")[0], "README.md (Optuna)", "exec"), namespace)
+    namespace["__name__"] = "__main__"  # now the Ray block's sweep runs
+    ray_block = readme_blocks("## In an existing Ray Tune job: `CollapseScheduler`")[-1]
+    exec(compile(ray_block, "README.md (Ray Tune)", "exec"), namespace)
+    results, steps = namespace["results"], namespace["STEPS"]
+    assert len(results) == 16 and not results.errors
+    configs = {tuple(sorted(r.config.items())) for r in results}
+    assert len(configs) == 16  # random draws, not a grid
+    reach = [r.metrics["step"] / steps for r in results]
+    pruned = [r.metrics["collapse_pruned"] for r in results]
+    assert sum(pruned) >= 1 and not all(pruned)  # it prunes, and trains some to the end
+    assert all((f < 1.0) == p for f, p in zip(reach, pruned, strict=True))
     import optuna
 
-    states = [t.state.name for t in optuna.load_study(study_name="lr-sweep",
-                                                      storage="sqlite:///tune_mirror.db").trials]
-    assert len(states) == 6 and "PRUNED" in states and "COMPLETE" in states
-    assert (tmp_path / "ray_results" / "lr-sweep" / "collapse_scheduler_state.json").is_file()
+    trials = optuna.load_study(study_name="char-mlp", storage="sqlite:///tune_mirror.db").trials
+    assert len(trials) == 16
+    for trial in trials:  # each trial's own controls reached the rule: its warm-up and τ = 1/(η·λ·steps)
+        cfg = trial.params
+        assert trial.user_attrs["schedule"]["warmup"] == pytest.approx(cfg["warmup"])
+        assert trial.user_attrs["tau"] == pytest.approx(1.0 / (cfg["lr"] * cfg["weight_decay"] * steps))
+        if trial.state.name == "PRUNED":
+            assert math.isfinite(trial.user_attrs["predicted_final_loss"])
+    assert (tmp_path / "ray_results" / "char-mlp" / "collapse_scheduler_state.json").is_file()
     out = capsys.readouterr().out
-    assert "lr=3e-03  stopped at 100%" in out and "CollapseScheduler:" in out
+    assert re.search(r"best \{.*\}, loss [0-9.]+; \d+ of 16 trials pruned, \d+% of the optimizer steps", out)
+    assert "CollapseScheduler:" in out
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+"""Benchmark: the README's plain-Optuna and Ray Tune examples, swept as users sweep (issue 20, "The README's
+own examples"; BENCHMARKS.md, "The README's examples").
+
+The objective and the trainable are the README's own: its python blocks are read from README.md and executed
+here (tests/readme_util.py, the reader the tests use), so this script runs what the reader sees, with the
+pruner and the scheduler the README builds. Each example is a seeded random search over lr, weight decay λ
+and warm-up of a byte-level MLP (numpy), each trial's controls (schedule with its warm-up, τ = 1/(η·λ·steps))
+given to the collapse rule. Per sampler seed, the same draws are trained three times:
+
+- ``none``: no pruning (Optuna ``NopPruner``; Tune ``FIFOScheduler``): every trial to the end, whose final
+  losses are the truth;
+- ``collapse``: the README's ``CollapsePruner`` / ``CollapseScheduler`` as it is (its defaults);
+- ``sha`` / ``asha``: Optuna's ``SuccessiveHalvingPruner()`` / Tune's ``ASHAScheduler`` at their defaults
+  (``max_t`` = the run's optimizer steps, the one setting ASHA needs to know the run's length).
+
+Per rule it prints: compute (optimizer steps trained, as a share of ``none``'s), how often the kept best (the
+best completed trial) is ``none``'s best, the mean and worst regret of the kept best (its true final loss over
+the true best, in %), and the wall time per sweep. Target (issue 20): at equal or lower regret than SHA/ASHA,
+less compute.
+
+``.venv/bin/python studies/bench/readme_examples.py [--part optuna|ray] [--seeds 4] [--trials 20]
+[--ray-seeds 3] [--samples 16]`` (about 4 minutes for the Optuna part and 13 for the Ray part on 2 cores at a
+load average of 20, at ``nice``; a Tune sweep costs about 1 minute more than the same Optuna sweep).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the MLP's matrices are small: one BLAS thread per worker
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import argparse
+import contextlib
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from readme_util import readme_blocks
+
+OPTUNA_HEADING = "## In a plain Optuna objective"
+RAY_HEADING = "## In an existing Ray Tune job: `CollapseScheduler`"
+NAMESPACE = "readme_bench"  # not "__main__": the blocks' own sweeps (under `if __name__`) do not run
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep's outcome: per draw (the key: its rounded hyperparameters, in draw order) the optimizer steps
+    trained and the final loss (None when pruned), and the wall time in seconds."""
+
+    steps: dict[tuple, int]
+    final: dict[tuple, float | None]
+    wall_s: float
+
+
+def example(kind: str) -> dict:
+    """A fresh namespace of the README's example (``kind`` "optuna": its plain-Optuna block; "ray": that block
+    and the Ray Tune block below it, as the README tells the reader to join them)."""
+    ns: dict = {"__name__": NAMESPACE}
+    exec(compile(readme_blocks(OPTUNA_HEADING)[0], "README.md (plain Optuna)", "exec"), ns)
+    if kind == "ray":
+        exec(compile(readme_blocks(RAY_HEADING)[-1], "README.md (Ray Tune)", "exec"), ns)
+    return ns
+
+
+def key(params: dict) -> tuple:
+    return tuple(round(float(params[k]), 12) for k in sorted(params))
+
+
+def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
+    ns = example("optuna")
+    pruner = {"none": optuna.pruners.NopPruner(), "collapse": ns["pruner"],
+              "sha": optuna.pruners.SuccessiveHalvingPruner()}[rule]
+    study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=seed))
+    start = time.perf_counter()
+    study.optimize(ns["objective"], n_trials=trials)
+    wall = time.perf_counter() - start
+    steps, final = {}, {}
+    for t in study.trials:
+        k = key(t.params)
+        steps[k] = t.last_step or 0
+        final[k] = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
+    return Sweep(steps, final, wall)
+
+
+def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    with tempfile.TemporaryDirectory(prefix="readme_bench_") as folder, contextlib.chdir(folder):
+        ns = example("ray")  # in its own folder: the README's mirror (sqlite:///tune_mirror.db) is fresh
+        steps_total = ns["STEPS"]
+        asha = ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps_total)
+        scheduler = {"none": FIFOScheduler(), "collapse": ns["scheduler"], "asha": asha}[rule]
+        tuner = tune.Tuner(
+            ns["train_fn"], param_space=ns["space"],
+            tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=trials, max_concurrent_trials=2,
+                                        search_alg=BasicVariantGenerator(random_state=seed)),
+            run_config=tune.RunConfig(name="bench", storage_path=folder, verbose=0),
+        )
+        start = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - start
+    steps, final = {}, {}
+    for r in results:
+        k = key(r.config)
+        steps[k] = int(r.metrics["step"])
+        final[k] = float(r.metrics["loss"]) if r.metrics["step"] == steps_total else None
+    return Sweep(steps, final, wall)
+
+
+def score(base: Sweep, run: Sweep) -> tuple[float, bool, float]:
+    """Compute share, whether the kept best is the true best, and its regret (%)."""
+    if set(run.steps) != set(base.steps):
+        raise RuntimeError("the sweeps drew different configurations: the sampler seed did not hold")
+    truth = {k: v for k, v in base.final.items() if v is not None}
+    best = min(truth, key=truth.get)
+    kept = min((k for k, v in run.final.items() if v is not None), key=lambda k: run.final[k])
+    compute = sum(run.steps.values()) / sum(base.steps.values())
+    return compute, kept == best, 100.0 * (truth[kept] / truth[best] - 1.0)
+
+
+def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int) -> list[str]:
+    sweep = optuna_sweep if part == "optuna" else ray_sweep
+    rows: dict[str, list[tuple[float, bool, float, float]]] = {r: [] for r in rules}
+    for seed in range(seeds):
+        base = sweep("none", seed, trials)
+        rows["none"].append((1.0, True, 0.0, base.wall_s))
+        for rule in rules[1:]:
+            run = sweep(rule, seed, trials)
+            rows[rule].append((*score(base, run), run.wall_s))
+            c, same, regret = rows[rule][-1][:3]
+            print(f"  {part} seed {seed} {rule:9s} compute {c:.2f}  best {'same' if same else 'other'}  "
+                  f"regret {regret:.2f}%  wall {run.wall_s:.0f} s (none: {base.wall_s:.0f} s)", flush=True)
+    lines = [f"| {part} ({seeds} seeds × {trials} trials) | compute | best same | mean regret | worst regret "
+             "| wall / sweep |", "|---|---|---|---|---|---|"]
+    for rule, got in rows.items():
+        lines.append(
+            f"| {rule} | {statistics.mean(g[0] for g in got):.2f} | {sum(g[1] for g in got)}/{len(got)} | "
+            f"{statistics.mean(g[2] for g in got):.2f}% | {max(g[2] for g in got):.2f}% | "
+            f"{statistics.mean(g[3] for g in got):.0f} s |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=("optuna", "ray", "both"), default="both")
+    ap.add_argument("--seeds", type=int, default=4, help="Optuna sampler seeds (sweeps per rule)")
+    ap.add_argument("--ray-seeds", type=int, default=3, help="Tune search seeds (sweeps per rule)")
+    ap.add_argument("--trials", type=int, default=20, help="Optuna trials per sweep")
+    ap.add_argument("--samples", type=int, default=16, help="Tune samples per sweep")
+    args = ap.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore")
+    tables = []
+    if args.part in ("optuna", "both"):
+        tables.append(bench("optuna", ("none", "collapse", "sha"), args.seeds, args.trials))
+    if args.part in ("ray", "both"):
+        import ray
+
+        logging.getLogger("ray").setLevel(logging.ERROR)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        tables.append(bench("ray", ("none", "collapse", "asha"), args.ray_seeds, args.samples))
+    print()
+    for table in tables:
+        print("\n".join(table) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,10 @@ fault injected into the weights mid-training raises the deviation alarm and ends
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +169,13 @@ def test_controls_from_the_arguments_of_each_schedule(tmp_path):
     poly = transformers.get_scheduler("polynomial", torch.optim.SGD([torch.zeros(1)], lr=1.0), 3, 30)
     sampled = controls_from_args(_args(tmp_path, lr_scheduler_type="polynomial"), 30, lr_scheduler=poly)
     assert sampled["schedule"].kind == "data" and math.isclose(float(sampled["schedule"](0.1)), 1.0)
+
+
+def test_from_the_repository_root_the_shadowed_kernels_package_is_named():
+    """From the repository root its kernels/ folder hides the package transformers needs: one clear line
+    instead of transformers' "cannot import name ... from 'kernels'"."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", "import collapse_hpo.hpo.integrations.huggingface"], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "resolves to collapse-hpo's own folder" in out.stderr and "run from another folder" in out.stderr

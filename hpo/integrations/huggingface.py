@@ -23,18 +23,38 @@ Imports transformers (and torch through it); nothing else of this package does.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
-from transformers import TrainerCallback
 
-from collapse_hpo.hpo.integrations.loop import TrainingWatch, WatchOptions, sampled_schedule
-from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.residuals import AlarmRule
-from collapse_hpo.predictors.schedules import Schedule
-from collapse_hpo.predictors.timescale import no_decay_tau, step_tau, tokens_per_parameter
+
+def _kernels_not_shadowed() -> None:
+    """transformers imports the ``kernels`` package; with this repository's root on ``sys.path``
+    (``python -c`` or ``python -m pytest`` started there) its ``kernels/`` folder is found instead, and
+    transformers fails with an unrelated ImportError. Say what it is."""
+    ours, found = importlib.util.find_spec("collapse_hpo.kernels"), importlib.util.find_spec("kernels")
+    if ours is None or found is None or not ours.origin or not found.origin:
+        return
+    if os.path.exists(found.origin) and os.path.samefile(ours.origin, found.origin):
+        raise ImportError(
+            f"collapse_hpo.hpo.integrations.huggingface: 'kernels' resolves to collapse-hpo's own folder "
+            f"{os.path.dirname(found.origin)} (the repository root is on sys.path), which hides the "
+            "'kernels' package transformers needs: run from another folder"
+        )
+
+
+_kernels_not_shadowed()
+from transformers import TrainerCallback  # noqa: E402
+
+from collapse_hpo.hpo.integrations.loop import TrainingWatch, WatchOptions, sampled_schedule  # noqa: E402
+from collapse_hpo.predictors.errors import InputError  # noqa: E402
+from collapse_hpo.predictors.residuals import AlarmRule  # noqa: E402
+from collapse_hpo.predictors.schedules import Schedule  # noqa: E402
+from collapse_hpo.predictors.timescale import no_decay_tau, step_tau, tokens_per_parameter  # noqa: E402
 
 __all__ = ["CollapseCallback", "collapse_hp_space", "controls_from_args", "non_embedding_params"]
 

@@ -254,16 +254,19 @@ def trial_note(trial: optuna.trial.FrozenTrial) -> str:
         rows.append(("predicted final loss", "none"))
     frac = a.get("decision_fraction")
     if _finite(frac):
-        rows.append(("decided at", f"t̂ = {frac:.3f} (fraction of training tokens)"))
+        rows.append(("decided at", f"t̂ = {frac:.3f} (fraction of training)"))
     if trial.state.name == "COMPLETE" and _finite(trial.value):
         text = f"{trial.value:.4f}"
         if _finite(pred):
             text += f" (prediction error {100.0 * (pred - trial.value) / trial.value:+.2f}%)"
         rows.append(("final loss", text))
-    tokens = a.get("tokens_trained")
-    total = a.get("total_tokens")
-    if _finite(tokens) and _finite(total) and total > 0:
-        rows.append(("tokens trained", f"{tokens:,.0f} of {total:,.0f} ({100.0 * tokens / total:.0f}%)"))
+    total, units = stored_total(a)  # the training length in the trial's units
+    done = a.get("tokens_trained") if units == "tokens" else None
+    if not _finite(done) and units != "fraction":
+        steps = [s for s in trial.intermediate_values if s != a.get(SAMPLER_STEP_ATTR)]
+        done = max(steps) if steps else None
+    if _finite(done) and _finite(total) and total > 0:
+        rows.append((f"{units} trained", f"{done:,.0f} of {total:,.0f} ({100.0 * done / total:.0f}%)"))
     reason = a.get("prune_reason")
     if reason:
         rows.append(("reason", str(reason).replace("|", "/")))

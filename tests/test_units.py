@@ -164,3 +164,13 @@ def test_a_state_file_from_before_units_reads_its_tokens():
     rec = record_from_dict({"trial_id": "a", "status": "running", "t_hat": [0.5], "loss": [3.0],
                             "tokens": [500.0], "total_tokens": 1000.0}, "a")
     assert rec.progress == [500.0] and rec.total == 1000.0 and rec.units == "tokens"
+
+
+def test_the_dashboard_note_says_how_far_a_trial_trained_in_its_units():
+    from collapse_hpo.hpo.dashboard import trial_note
+
+    pruned = next(t for t in _study("steps").trials if t.state.name == "PRUNED")
+    last = max(pruned.intermediate_values)
+    assert f"| steps trained | {last:,} of {STEPS:,} ({100 * last / STEPS:.0f}%) |" in trial_note(pruned)
+    tokens = next(t for t in _study("tokens").trials if t.state.name == "PRUNED")
+    assert f"| tokens trained | {last * BATCH:,} of {STEPS * BATCH:,} " in trial_note(tokens)

@@ -327,8 +327,9 @@ class DecisionEntry:
         reason = decision.reason
         if p is not None and p.ok:
             misfit = _finite_or_none(p.misfit)
-            if not p.collapses:
+            if not p.collapses or p.high_at_current:  # the shown interval differs from the rule's
                 low, high = (_finite_or_none(v) for v in p.shown)
+            if not p.collapses:
                 reason = f"{reason}; {misfit_note(float(p.misfit), p.fraction)}"  # type: ignore[arg-type]
         return cls(
             step=int(step), t_hat=attrs["decision_fraction"], n=int(n), prune=bool(decision.prune),

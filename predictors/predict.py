@@ -60,6 +60,9 @@ class Prediction:
         misfit: ``fit_residual`` over the reference's held-out ``fit_residual`` at this fraction
             (predictors/misfit.py; above ``MISFIT_LIMIT`` the curve does not collapse); None when the
             surrogate stored no reference residual.
+        high_at_current: the shown interval's upper end is at least ``current_loss`` (a surrogate whose
+            ``info["shown_high_at_current"]`` is set: a prior, predictors/prior.py, which cannot tell a run
+            that stalls from one that follows its shape).
         current_loss: the curve's loss at its latest reports (``misfit.current_loss``), and lowest_loss: the
             lowest loss it reported: levels a widened interval reaches (``misfit.shown_interval``).
     """
@@ -77,6 +80,7 @@ class Prediction:
     misfit: float | None = None
     current_loss: float | None = None
     lowest_loss: float | None = None
+    high_at_current: bool = False
 
     @property
     def ok(self) -> bool:
@@ -94,8 +98,11 @@ class Prediction:
         when it does not. The decision rule uses ``low`` and ``high``; screens use this."""
         if self.final_loss is None:
             return self.low, self.high
-        return shown_interval(self.final_loss, self.low, self.high, self.misfit, self.current_loss,
-                              self.lowest_loss)
+        low, high = shown_interval(self.final_loss, self.low, self.high, self.misfit, self.current_loss,
+                                   self.lowest_loss)
+        if self.high_at_current and high is not None and self.current_loss is not None:
+            high = max(high, self.current_loss)
+        return low, high
 
 
 def _fail(reason: str, fraction: float = 0.0, n: int = 0) -> Prediction:
@@ -331,6 +338,7 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     band = surrogate.error_band(p)
     resid = systematic_residual(tw, yw / c - shape, w)
     fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w), "lowest_loss": float(np.min(y)),
+           "high_at_current": bool(surrogate.info.get("shown_high_at_current")),
            "misfit": misfit_ratio(resid, band.fit_residual if band is not None else None)}
     # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),
     # so with a strongly biased error model the point can lie outside its own interval. Shifting the point by

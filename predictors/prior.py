@@ -21,6 +21,12 @@ the prior is used untested, and says so in its label.
 ``pair_bands`` are dropped: the prior's paired errors were learned on its own family; on an untested sweep a
 comparison of trials with other controls uses the (widened) interval instead.
 
+The interval *shown* for a prediction with the prior reaches up to at least the trial's current loss
+(``info["shown_high_at_current"]``, ``Prediction.high_at_current``): a run that stalls (a too-high LR, the
+quickstart's trials at LR 0.1–0.18) follows the early shape of a run that does not, so from the first 10% of
+its curve no prior can say it will improve; the quickstart's early prunes showed intervals 10–30% below their
+true final loss. The rule keeps the learned interval (``rule_low``/``rule_high``): no decision moves.
+
 ``SHAPE_MISS_WEIGHT`` was chosen on the development sweeps (studies/bench/artifacts: the LR and batch sweeps
 with τ held and λ fixed, and the random-config sweeps) as the smallest weight of 0.25, 0.35, 0.5, 0.7, 1
 whose shown intervals covered ≥ 90% of the true final losses in every family, with 3 leading curves at reach
@@ -157,5 +163,6 @@ def prior_for_sweep(
     else:
         # The size trend would replace the widened band for a run with a known size: the prior's size model
         # was learned on its own family, so it is dropped with the paired errors.
-        surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[], info=info)
+        surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[],
+                            info={**info, "shown_high_at_current": True})
     return SweepPrior(surrogate=surrogate, tested=tuple(tested), miss=miss)

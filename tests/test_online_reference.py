@@ -25,6 +25,7 @@ from collapse_hpo.hpo.reference import OnlineReference
 from collapse_hpo.hpo.replay import make_sweep, simulate
 from collapse_hpo.hpo.trial import build_pruner
 from collapse_hpo.predictors.curves import read_curves_csv
+from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
@@ -252,3 +253,27 @@ def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, fa
                 break
     assert started.is_set(), "the sweep asked for an online fit"
     assert max(durations) < BUDGET_S, f"a result waited {max(durations):.2f} s for the refit"
+
+
+def test_the_priors_shown_interval_reaches_the_current_loss():
+    """A run that stalls (the quickstart's LR 0.1–0.18 trials, pruned at t̂ 0.11) follows the prior's early
+    shape: the learned interval lay 10–30% below its true final loss. Shown, the prior's interval reaches up
+    to the loss the run has now; the rule keeps the learned one."""
+    from collapse_hpo.hpo.decision import Decision
+    from collapse_hpo.hpo.record import DecisionEntry
+
+    prior, _ = load_prior("builtin")
+    surrogate = prior_for_sweep(prior, []).surrogate
+    c = next(c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
+             if c.run.startswith("lr_tau_s0_"))
+    keep = c.t_hat <= 0.11
+    p = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=surrogate, schedule=c.schedule, tau=c.tau,
+                           tpp=c.tpp)
+    assert p.ok and p.high_at_current and p.high < p.current_loss
+    assert p.shown[1] == p.current_loss
+    entry = DecisionEntry.of(Decision(True, "pruned", p.fraction, p), step=110, n=10,
+                             reference="prior:builtin", threshold_trial=None)
+    assert entry.predicted_high == p.current_loss and entry.rule_high == p.high
+    fixed = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=prior, schedule=c.schedule, tau=c.tau,
+                               tpp=c.tpp)
+    assert not fixed.high_at_current and fixed.shown[1] == fixed.high  # a calibrated reference: unchanged

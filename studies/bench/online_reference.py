@@ -166,8 +166,9 @@ def part_replay(md: list[str], orders: int, extdata: Path, prior: str) -> None:
             f"({by_prior} by the prior; {time.perf_counter() - t0:.0f} s)")
     for key, (n, s, c, b) in total.items():
         if n:
-            md.append(f"| **all {key}** | {n} | {s / n:.2f} | {c / max(s, 1):.2f} | {b} / {s - b} |")
-            log(f"replay ALL {key}: {n} prunes, {s / n:.3f} with a prediction, coverage {c / max(s, 1):.3f}")
+            cov = f"{c / s:.3f}" if s else "– (nothing shown)"
+            md.append(f"| **all {key}** | {n} | {s / n:.2f} | {cov} | {b} / {s - b} |")
+            log(f"replay ALL {key}: {n} prunes, {s / n:.3f} with a prediction, coverage {cov}")
     md.append("")
 
 

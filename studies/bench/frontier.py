@@ -28,6 +28,9 @@ against best-cut rate, one marker set per pruner family). Progress on stderr.
 Usage::
 
     nice -n 10 .venv/bin/python studies/bench/frontier.py --orders 10 [--family lora] [--skip-online]
+    # after a change of the collapse rule: replay collapse only, the peers' points from the last run
+    nice -n 10 .venv/bin/python studies/bench/frontier.py --orders 10 --skip-online --only collapse \
+        --reuse studies/bench/artifacts/frontier.csv
 """
 
 from __future__ import annotations
@@ -198,6 +201,23 @@ def markdown(results: list[tuple[SweepFamily, list[FrontierPoint]]], orders: int
     return "\n".join(lines)
 
 
+def read_points(path: Path, orders: int) -> list[FrontierPoint]:
+    """The per-sweep points of an earlier run's frontier.csv (each sweep's own rows, not the family
+    averages); refused when they were replayed over another number of orders."""
+    import csv
+
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out = [FrontierPoint(sweep=r["sweep"], family=r["family"], setting=r["setting"],
+                         compute=float(r["compute"]), regret=float(r["regret"]),
+                         best_cut=float(r["best_cut"]), orders=int(r["orders"]))
+           for r in rows]
+    per_sweep = [p for p in out if p.orders == orders]
+    if not per_sweep:
+        raise SystemExit(f"frontier: {path} has no points replayed over {orders} orders")
+    return per_sweep
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--orders", type=int, default=10)
@@ -211,12 +231,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="curve CSV of a quickstart run (results/<name>/curves.csv)")
     ap.add_argument("--quickstart-reference", default=None,
                     help="reference curves for its collapse surrogate")
+    ap.add_argument("--only", action="append", default=None,
+                    help="replay only this pruner family (repeatable); the others come from --reuse")
+    ap.add_argument("--reuse", default=None,
+                    help="frontier.csv of an earlier run (same --orders): the per-sweep points of the "
+                         "families not replayed now")
     ap.add_argument("--out", default=str(ART))
     args = ap.parse_args(argv)
     if args.skip_online:
         args.skip.append("collapse-online")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    reused = read_points(Path(args.reuse), args.orders) if args.reuse else []
+    if args.only and not reused:
+        ap.error("--only needs --reuse (the points of the other families)")
     t0 = time.perf_counter()
     results: list[tuple[SweepFamily, list[FrontierPoint]]] = []
     every: list[FrontierPoint] = []
@@ -226,8 +254,14 @@ def main(argv: list[str] | None = None) -> int:
             names = families_for(args, sur)
             log(f"[{time.perf_counter() - t0:6.0f} s] {fam.name}: {sweep.name} ({sweep.n_trials} trials, "
                 f"{sweep.grid.size} reports), {', '.join(names)}")
+            only = args.only or ()
+            kept = [p for p in reused if p.sweep == sweep.name and p.family not in only]
+            if args.only:
+                names = [n for n in names if n in args.only]
             pts = frontier(sweep, names, surrogate=sur, orders=args.orders, workers=args.workers,
                            jobs=args.jobs, progress=lambda line, s=sweep.name: log(f"  {s} {line}"))
+            pts = kept + pts
+            mark_frontiers(pts)
             per_sweep.append(pts)
             every += pts
         points = averaged(fam.name, per_sweep)

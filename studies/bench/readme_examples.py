@@ -55,10 +55,12 @@ NAMESPACE = "readme_bench"  # not "__main__": the blocks' own sweeps (under `if 
 @dataclass(frozen=True)
 class Sweep:
     """One sweep's outcome: per draw (the key: its rounded hyperparameters, in draw order) the optimizer steps
-    trained and the final loss (None when pruned), and the wall time in seconds."""
+    trained, the final loss (None when pruned) and the reason it was stopped ("" if it was not, or the rule
+    gives none), and the wall time in seconds."""
 
     steps: dict[tuple, int]
     final: dict[tuple, float | None]
+    reason: dict[tuple, str]
     wall_s: float
 
 
@@ -84,12 +86,13 @@ def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
     start = time.perf_counter()
     study.optimize(ns["objective"], n_trials=trials)
     wall = time.perf_counter() - start
-    steps, final = {}, {}
+    steps, final, reason = {}, {}, {}
     for t in study.trials:
         k = key(t.params)
         steps[k] = t.last_step or 0
         final[k] = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
-    return Sweep(steps, final, wall)
+        reason[k] = str(t.user_attrs.get("prune_reason", ""))
+    return Sweep(steps, final, reason, wall)
 
 
 def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
@@ -111,12 +114,18 @@ def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
         start = time.perf_counter()
         results = tuner.fit()
         wall = time.perf_counter() - start
-    steps, final = {}, {}
+    steps, final, reason = {}, {}, {}
     for r in results:
         k = key(r.config)
         steps[k] = int(r.metrics["step"])
         final[k] = float(r.metrics["loss"]) if r.metrics["step"] == steps_total else None
-    return Sweep(steps, final, wall)
+        reason[k] = str(r.metrics.get("collapse_reason", "")) if r.metrics.get("collapse_pruned") else ""
+    return Sweep(steps, final, reason, wall)
+
+
+def true_best(base: Sweep) -> tuple:
+    truth = {k: v for k, v in base.final.items() if v is not None}
+    return min(truth, key=truth.get)
 
 
 def score(base: Sweep, run: Sweep) -> tuple[float, bool, float]:
@@ -142,6 +151,10 @@ def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int) -> list[st
             c, same, regret = rows[rule][-1][:3]
             print(f"  {part} seed {seed} {rule:9s} compute {c:.2f}  best {'same' if same else 'other'}  "
                   f"regret {regret:.2f}%  wall {run.wall_s:.0f} s (none: {base.wall_s:.0f} s)", flush=True)
+            best = true_best(base)
+            if not same and run.final[best] is None:
+                why = run.reason[best][-300:] or "no reason given"
+                print(f"    the best was stopped at step {run.steps[best]}: {why}", flush=True)
     lines = [f"| {part} ({seeds} seeds × {trials} trials) | compute | best same | mean regret | worst regret "
              "| wall / sweep |", "|---|---|---|---|---|---|"]
     for rule, got in rows.items():

@@ -10,6 +10,7 @@ given to the collapse rule. Per sampler seed, the same draws are trained three t
 - ``none``: no pruning (Optuna ``NopPruner``; Tune ``FIFOScheduler``): every trial to the end, whose final
   losses are the truth;
 - ``collapse``: the README's ``CollapsePruner`` / ``CollapseScheduler`` as it is (its defaults);
+- ``collapse@M`` (with ``--margin M``): the same with its one knob, ``margin``, set to M;
 - ``sha`` / ``asha``: Optuna's ``SuccessiveHalvingPruner()`` / Tune's ``ASHAScheduler`` at their defaults
   (``max_t`` = the run's optimizer steps, the one setting ASHA needs to know the run's length).
 
@@ -75,13 +76,24 @@ def example(kind: str) -> dict:
 
 
 def key(params: dict) -> tuple:
+    """A draw's hyperparameters, rounded, in name order (lr, warmup, weight_decay)."""
     return tuple(round(float(params[k]), 12) for k in sorted(params))
+
+
+def margin_of(rule: str) -> float | None:
+    """The margin of a "collapse@M" rule (the collapse rule with its one knob set to M), else None."""
+    return float(rule.split("@", 1)[1]) if rule.startswith("collapse@") else None
 
 
 def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
     ns = example("optuna")
-    pruner = {"none": optuna.pruners.NopPruner(), "collapse": ns["pruner"],
-              "sha": optuna.pruners.SuccessiveHalvingPruner()}[rule]
+    if margin_of(rule) is not None:  # the README's pruner (reference="online") with its knob set
+        from collapse_hpo.hpo.pruner import CollapsePruner
+
+        pruner = CollapsePruner(reference="online", margin=margin_of(rule))
+    else:
+        pruner = {"none": optuna.pruners.NopPruner(), "collapse": ns["pruner"],
+                  "sha": optuna.pruners.SuccessiveHalvingPruner()}[rule]
     study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=seed))
     start = time.perf_counter()
     study.optimize(ns["objective"], n_trials=trials)
@@ -104,7 +116,16 @@ def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
         ns = example("ray")  # in its own folder: the README's mirror (sqlite:///tune_mirror.db) is fresh
         steps_total = ns["STEPS"]
         asha = ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps_total)
-        scheduler = {"none": FIFOScheduler(), "collapse": ns["scheduler"], "asha": asha}[rule]
+        if margin_of(rule) is not None:  # the README's scheduler with its knob set
+            from collapse_hpo.hpo.decision import PruneSettings
+            from collapse_hpo.hpo.scheduler import CollapseScheduler
+
+            scheduler = CollapseScheduler(
+                reference="online", metric="loss", time_attr="step", units="steps", total=steps_total,
+                controls=ns["trial_controls"], storage="sqlite:///tune_mirror.db", study_name="char-mlp",
+                settings=PruneSettings(margin=margin_of(rule)))
+        else:
+            scheduler = {"none": FIFOScheduler(), "collapse": ns["scheduler"], "asha": asha}[rule]
         tuner = tune.Tuner(
             ns["train_fn"], param_space=ns["space"],
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=trials, max_concurrent_trials=2,
@@ -154,7 +175,8 @@ def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int) -> list[st
             best = true_best(base)
             if not same and run.final[best] is None:
                 why = run.reason[best][-300:] or "no reason given"
-                print(f"    the best was stopped at step {run.steps[best]}: {why}", flush=True)
+                print(f"    the best ({', '.join(f'{v:.3g}' for v in best)}) was stopped at step "
+                      f"{run.steps[best]}: {why}", flush=True)
     lines = [f"| {part} ({seeds} seeds × {trials} trials) | compute | best same | mean regret | worst regret "
              "| wall / sweep |", "|---|---|---|---|---|---|"]
     for rule, got in rows.items():
@@ -173,18 +195,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ray-seeds", type=int, default=3, help="Tune search seeds (sweeps per rule)")
     ap.add_argument("--trials", type=int, default=20, help="Optuna trials per sweep")
     ap.add_argument("--samples", type=int, default=16, help="Tune samples per sweep")
+    ap.add_argument("--margin", type=float, action="append", default=[],
+                    help="also the collapse rule with its knob (margin) at this value (repeatable)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore")
+    knobs = [f"collapse@{m:g}" for m in args.margin]
     tables = []
     if args.part in ("optuna", "both"):
-        tables.append(bench("optuna", ("none", "collapse", "sha"), args.seeds, args.trials))
+        tables.append(bench("optuna", ("none", "collapse", *knobs, "sha"), args.seeds, args.trials))
     if args.part in ("ray", "both"):
         import ray
 
         logging.getLogger("ray").setLevel(logging.ERROR)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        tables.append(bench("ray", ("none", "collapse", "asha"), args.ray_seeds, args.samples))
+        tables.append(bench("ray", ("none", "collapse", *knobs, "asha"), args.ray_seeds, args.samples))
     print()
     for table in tables:
         print("\n".join(table) + "\n")

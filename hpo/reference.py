@@ -268,6 +268,14 @@ REFITS = ("background", "inline")
 NO_PRIOR = "none"
 
 
+def _tested_label(label: str, tested: tuple[tuple[str, float], ...]) -> str:
+    """A reference label with the trials a surrogate was tested on and how far each had run
+    (``label;3@0.5,7@0.4``): the decision log names what a prediction was checked against."""
+    if not tested:
+        return label
+    return label + ";" + ",".join(f"{run.removeprefix('trial')}@{reach:g}" for run, reach in tested)
+
+
 class OnlineReference:
     """Online calibration on the sweep's own completed trials, refitted whenever that set changes; before
     that, a prior tested on the sweep's partial curves.
@@ -424,9 +432,7 @@ class OnlineReference:
         if not candidates:
             return fit, label
         tested = prior_for_sweep(fit, [curve for _, _, curve in candidates], own=True)
-        if tested.tested:
-            label += ";" + ",".join(f"{run.removeprefix('trial')}@{reach:g}" for run, reach in tested.tested)
-        out = (tested.surrogate, label)
+        out = (tested.surrogate, _tested_label(label, tested.tested))
         with self._lock:
             self._tested_fit = (key, out)
         return out
@@ -448,10 +454,7 @@ class OnlineReference:
             if self._tested is not None and self._tested[0] == key:
                 return self._tested[1]
         tested = prior_for_sweep(prior, [curve for _, _, curve in candidates])
-        label = f"prior:{name}"
-        if tested.tested:
-            label += ";" + ",".join(f"{run.removeprefix('trial')}@{reach:g}" for run, reach in tested.tested)
-        out = (tested.surrogate, label)
+        out = (tested.surrogate, _tested_label(f"prior:{name}", tested.tested))
         with self._lock:
             self._tested = (key, out)
         return out

@@ -4,9 +4,6 @@ block a result (issue 20, item 5)."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 import threading
 import time
 import warnings
@@ -35,18 +32,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 ROOT = Path(__file__).resolve().parents[1]
 TOTAL, REPORTS, TAU, TPP = 200_000, 20, 0.1, 20.0
 
-
-@pytest.fixture
-def fast_dir(tmp_path):
-    """A folder for SQLite files: on tmpfs when there is one (SQLite's fsync per commit is slow on disk)."""
-    if not os.path.isdir("/dev/shm"):
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="collapse-hpo-test-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_every_quickstart_prune_shows_a_prediction():
@@ -218,7 +203,7 @@ class _TuneTrial:
         return False
 
 
-def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, fast_dir):
+def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, db_dir):
     """The Ray scheduler's on_trial_result, with its Optuna mirror and an online reference: a slow fit runs
     beside the event loop, never inside a callback."""
     from collapse_hpo.hpo.scheduler import CollapseScheduler
@@ -233,7 +218,7 @@ def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, fa
 
     monkeypatch.setattr(reference_module, "_fit", slow_fit)
     s = CollapseScheduler(reference={"online": True, "min_trials": 2}, tau=TAU, tpp=TPP,
-                          storage=f"sqlite:///{fast_dir / 'mirror.db'}", study_name="tune",
+                          storage=f"sqlite:///{db_dir / 'mirror.db'}", study_name="tune",
                           state_path=tmp_path / "state.json")
     assert s.set_search_properties(None, None)
     durations: list[float] = []

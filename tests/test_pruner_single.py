@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import optuna
@@ -44,18 +40,6 @@ SCHEDULE = Schedule()
 TAU, TPP = 0.1, 20.0
 PRUNED, COMPLETE = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
 
-
-@pytest.fixture
-def db_dir(tmp_path):
-    """A folder for SQLite files: on tmpfs when there is one (SQLite's fsync per commit is slow on disk)."""
-    if not os.path.isdir("/dev/shm"):
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="collapse-hpo-test-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

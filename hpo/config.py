@@ -160,7 +160,11 @@ class ReferenceSpec(_Strict):
     - ``online: true``: calibrate on this sweep's own first ``min_trials`` completed trials, refit (in the
       background) as more finish (at most ``max_trials`` of them). Until then the ``prior`` speaks:
       ``builtin`` (default), a surrogate JSON path (relative to the sweep file) or ``none``; it is tested on
-      the sweep's own curves and its interval widens by their misses (predictors/prior.py).
+      the sweep's own curves and its interval widens by their misses (predictors/prior.py). ``refit``:
+      ``background`` (default: a judgement never waits for a fit, and which fit it uses depends on timing)
+      or ``inline`` (the fit runs in the judgement that first sees the new set of completed trials: seconds
+      of waiting, and every decision a function of the trials alone, e.g. a resumed one-worker sweep decides
+      exactly as the uninterrupted one).
     Same keys as `collapse_hpo.hpo.reference.make_reference`.
     """
 
@@ -171,6 +175,7 @@ class ReferenceSpec(_Strict):
     min_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
     max_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
     prior: str | None = None
+    refit: Literal["background", "inline"] | None = None
 
     @model_validator(mode="after")
     def _one(self) -> ReferenceSpec:
@@ -188,6 +193,8 @@ class ReferenceSpec(_Strict):
             raise ValueError("'max_trials' belongs to an 'online: true' reference")
         if self.prior is not None and self.kind != "online":
             raise ValueError("'prior' belongs to an 'online: true' reference")
+        if self.refit is not None and self.kind != "online":
+            raise ValueError("'refit' belongs to an 'online: true' reference")
         if self.min_trials is not None and self.kind == "surrogate":
             raise ValueError("'min_trials' does not apply to a 'surrogate' reference")
         if self.max_trials is not None and self.min_trials is not None and self.max_trials < self.min_trials:
@@ -233,6 +240,8 @@ class ReferenceSpec(_Strict):
             p = Path(os.path.expanduser(self.prior))
             named = self.prior.strip().lower() in ("builtin", "none")
             d["prior"] = self.prior if named or p.is_absolute() else str(base_dir / p)
+        if self.refit is not None:
+            d["refit"] = self.refit
         return d
 
 

@@ -69,6 +69,10 @@ BAD = {
     "bad sampler": (_with(sampler={"name": "cmaes"}), "sampler.name", "'random', 'qmc'"),
     "bad reference": (_with(pruner={"reference": {"online": True, "surrogate": "s.json"}}),
                       "pruner.reference", "exactly one"),
+    "bad refit": (_with(pruner={"reference": {"online": True, "refit": "later"}}), "pruner.reference.refit",
+                  "'background' or 'inline'"),
+    "refit of a surrogate": (_with(pruner={"reference": {"surrogate": "s.json", "refit": "inline"}}),
+                             "pruner.reference", "'refit' belongs to an 'online: true' reference"),
     "bad storage scheme": (_with(storage="redis://localhost"), "storage", "sqlite:///, postgresql://"),
     "heads do not divide width": (_with(model={"width": 15, "depth": 1, "heads": 2}), "model",
                                   "multiple of heads"),
@@ -245,3 +249,13 @@ def test_pruner_comparison_reaches_the_pruner() -> None:
     assert parse_sweep(BASE).pruner.comparison == "paired"
     sweep = parse_sweep(_with(pruner={"comparison": "interval", "reference": {"online": True}}))
     assert build_pruner(sweep, prune=True).settings.comparison == "interval"
+
+
+def test_the_refit_mode_reaches_the_online_reference() -> None:
+    from collapse_hpo.hpo.reference import OnlineReference
+    from collapse_hpo.hpo.trial import build_pruner
+
+    for written, expected in ((None, "background"), ("inline", "inline"), ("background", "background")):
+        ref = {"online": True} if written is None else {"online": True, "refit": written}
+        pruner = build_pruner(parse_sweep(_with(pruner={"reference": ref})), prune=True)
+        assert isinstance(pruner.reference, OnlineReference) and pruner.reference.refit == expected

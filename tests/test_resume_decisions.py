@@ -120,7 +120,13 @@ def _final_report(draw: int, attempt: int, total: int) -> Callable[[list[optuna.
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_one_worker_resumed_three_times_makes_every_decision_of_the_uninterrupted_sweep(tmp_path: Path):
-    one = {"executor": {"num_cpus": 1}}
+    # Refits inline: with background refits (the default) which online fit a judgement uses depends on
+    # whether the thread has finished, on timing (OnlineReference docstring); a tiny trial lasts about a
+    # second, shorter than a fit, so a run could judge with the new fit and its rerun with the previous one
+    # (CI at 6b77d2d: draw 2 PRUNED at 8192 tokens in one run, COMPLETE in the other).
+    one = {"executor": {"num_cpus": 1},
+           "pruner": {"enabled": True, "min_fraction": 0.2,
+                      "reference": {"online": True, "min_trials": 2, "refit": "inline"}}}
     clean = tiny_sweep(tmp_path, "clean", trials=DRAWS, prune=True, tpp=5, **one)
     _run_until(clean, f"sqlite:///{tmp_path / 'results' / 'clean' / 'study.db'}", "clean", "run", tmp_path,
                None)

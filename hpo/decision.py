@@ -48,9 +48,17 @@ reason says both fractions: where they were compared and where the decision was 
 ``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the reference's paired error at its latest fraction
 (a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
 the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
-``comparison="interval"`` is
-the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes at once. A surrogate
-without an error model gives no interval: then
+
+After a trial's first judgements, a competitor with other controls is compared by the loss ratio instead of
+the paired predictions where the reference's *winners' lead* allows it (``lead_margin``): the
+reference's ``lead_bands`` say how far, at each fraction, a run that ended worse ever led one of its best
+runs; where twice that lead is below the paired margin, the loss ratio with twice the lead as the margin is
+the finer test (on fine-tuning runs it shrinks from 1.6% at t̂ 0.1 to 0.3% at 0.5, while the paired margin
+stays at the floor). An online reference learns them from the sweep's own completed trials once
+``LEAD_MIN_RUNS`` have completed.
+
+``comparison="interval"`` is the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes
+at once. A surrogate without an error model gives no interval: then
 low = high = the point prediction (no confidence margin; the reason says so). Points past t̂ = 1 are
 ignored (and said so in the reason). The function never raises on a curve; every outcome has a reason.
 """
@@ -133,7 +141,8 @@ class PruneSettings:
             covers the curves crossing later) and between any two trials during a trial's first judgements
             (t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``: the early loss ratio, see the module docstring);
             later it is a floor under the surrogate's learned paired margin between trials whose controls
-            differ. A reference whose runs are told apart more finely caps it (``sweep_margin``: at most
+            differ (where the reference's winners' lead is the finer test, ``lead_margin``, that lead
+            decides). A reference whose runs are told apart more finely caps it (``sweep_margin``: at most
             ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/peers.py sweeps it.
     """
 
@@ -644,7 +653,7 @@ def _paired(
     Without a surrogate (``prediction`` None) only competitors with equal controls can be compared; the bars
     are then in units of the trial's current loss.
     """
-    from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
+    from collapse_hpo.predictors.predict import predict_final_loss
 
     align_start = surrogate.align_start if surrogate is not None else 0.5
     floor = sweep_margin(settings, surrogate)
@@ -697,6 +706,13 @@ def _paired(
     early = fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9  # this trial's first judgements
     # Per common fraction f: the paired margin and its wording (the same for every competitor at f).
     paired_at: dict[float, tuple[float, str] | None] = {}
+    lead_at: dict[float, float | None] = {}  # per f: the winners'-lead margin, or None (``lead_margin``)
+
+    def lead_for(f: float) -> float | None:
+        if f not in lead_at:
+            lead_at[f] = lead_margin(surrogate, f, settings, floor)
+        return lead_at[f]
+
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -719,15 +735,16 @@ def _paired(
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
                                                log_cy=c.log_loss())
                     how = f"early loss ratio at t_hat={f:.3g}"
+                elif (lead := lead_for(f)) is not None:
+                    if log_y is None:
+                        log_y = np.log(y)
+                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
+                                               log_cy=c.log_loss())
+                    margin = lead
+                    how = f"loss ratio at t_hat={f:.3g}, the reference's winners' lead"
                 elif surrogate is not None and surrogate.pair_bands:
                     if f not in paired_at:
-                        band = surrogate.pair_band(f)
-                        if band is None:
-                            paired_at[f] = None
-                        else:
-                            learned = t_quantile(settings.confidence, band.n) * band.scale
-                            paired_at[f] = (max(floor, learned * math.sqrt(1 + 1 / band.n)),
-                                            f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}")
+                        paired_at[f] = paired_margin(surrogate, f, settings, floor)
                     if f not in own:
                         own[f] = at(f, t, y, schedule, tau, tpp)
                     mine = own[f]
@@ -784,6 +801,50 @@ def _paired(
     return Decision(
         value > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
     )
+
+
+def lead_margin(surrogate: Surrogate | None, f: float, settings: PruneSettings, floor: float) -> float | None:
+    """The margin of comparing a trial with a competitor of *other* controls by their loss ratio at the
+    common fraction ``f``, after the trial's first judgements; None to compare them by paired predictions.
+
+    The reference's ``lead_bands`` say how far, at ``f``, a run that ended worse ever led one of its best runs
+    (by loss ratio). Where ``MARGIN_CAP`` × that lead is below the paired comparison's margin at ``f``
+    (``paired_margin``), the plain loss ratio separates the runs that can win more finely than the paired
+    predictions do: the trial is compared by the loss ratio with ``MARGIN_CAP`` × the lead as the margin.
+    It shrinks as training goes on and the curves stop crossing (surestop_lora: 1.6% at t̂ 0.1, 0.3% at
+    0.5), where the paired margin stays at the sweep's floor. Needs ``LEAD_MIN_RUNS`` reference runs behind
+    the lead (an online fit on a few completed trials has none). BENCHMARKS §15, "the winners' lead".
+    """
+    lead = surrogate.lead_band(f) if surrogate is not None and surrogate.lead_bands else None
+    if lead is None or lead.n < LEAD_MIN_RUNS:
+        return None
+    paired = paired_margin(surrogate, f, settings, floor)
+    if paired is None or MARGIN_CAP * lead.scale >= paired[0]:
+        return None
+    return MARGIN_CAP * lead.scale
+
+
+#: The winners' lead (``lead_margin``) is used only when at least this many reference runs stand behind it
+#: (chosen a priori, not tuned: with fewer, the best 5% is the best one or two runs against a handful).
+LEAD_MIN_RUNS = 20
+
+
+def paired_margin(
+    surrogate: Surrogate, f: float, settings: PruneSettings, floor: float
+) -> tuple[float, str] | None:
+    """The margin (log-ratio) of the paired comparison at the common fraction ``f`` between trials whose
+    controls differ, after the trial's first judgements, and its wording; None without a paired error model.
+
+    The margin is t · scale · √(1 + 1/n) of the surrogate's learned paired error (``pair_bands``; t the
+    Student-t quantile at ``settings.confidence``), never below ``floor`` (``sweep_margin``).
+    """
+    from collapse_hpo.predictors.predict import t_quantile
+
+    band = surrogate.pair_band(f)
+    if band is None:
+        return None
+    learned = t_quantile(settings.confidence, band.n) * band.scale * math.sqrt(1 + 1 / band.n)
+    return max(floor, learned), f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
 
 
 def paired_reason(

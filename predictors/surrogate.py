@@ -197,6 +197,10 @@ class Surrogate:
             fold; bias 0 by symmetry). A bias common to the runs of one sweep (the reference's size or data
             mismatch) cancels in the difference, so these are narrower than ``error_bands``; the pruner's
             paired comparison uses them. Empty when not calibrated or when no fold held two runs.
+        lead_bands: by fraction, the largest lead (log loss ratio at that fraction) that a run which ended
+            worse had over one of the reference's best runs (``calibrate.LEAD_TOP_SHARE``): the margin its
+            winners needed. The pruner compares trials of other controls by their loss ratio where twice this
+            is below the paired margin (``decision.lead_margin``). Empty in files written before it.
         size_trend: the error model as a function of the model size (see `SizeTrend`), one per learned
             fraction; empty when the reference curves had no sizes (``params``) or a single size.
         reference: the ranges the surrogate was calibrated on, {"params": [lo, hi], "tpp": [lo, hi],
@@ -220,6 +224,7 @@ class Surrogate:
     align_start: float = 0.5
     error_bands: list[ErrorBand] = field(default_factory=list)
     pair_bands: list[ErrorBand] = field(default_factory=list)
+    lead_bands: list[ErrorBand] = field(default_factory=list)
     size_trend: list[SizeTrend] = field(default_factory=list)
     reference: dict[str, list[float]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -254,6 +259,7 @@ class Surrogate:
             raise InputError(f"surrogate: align_start must be in [0, 1), got {self.align_start}")
         self.error_bands = sorted(self.error_bands, key=lambda e: e.fraction)
         self.pair_bands = sorted(self.pair_bands, key=lambda e: e.fraction)
+        self.lead_bands = sorted(self.lead_bands, key=lambda e: e.fraction)
         self.size_trend = sorted(self.size_trend, key=lambda e: e.fraction)
 
     # ------------------------------------------------------------------ the laws
@@ -312,6 +318,11 @@ class Surrogate:
     def pair_band(self, fraction: float) -> ErrorBand | None:
         """The paired-difference error band at ``fraction`` (interpolated as ``error_band``); None if none."""
         return _interpolate(self.pair_bands, fraction)
+
+    def lead_band(self, fraction: float) -> ErrorBand | None:
+        """The reference's largest lead over its best runs at ``fraction`` (``lead_bands``, interpolated as
+        ``error_band``); None when the surrogate has none."""
+        return _interpolate(self.lead_bands, fraction)
 
     def size_band(self, fraction: float, params: float, confidence: float) -> tuple[float, float, str] | None:
         """(bias, half-width, kind) of r = log(actual/predicted) for a run of ``params`` parameters predicted
@@ -373,6 +384,7 @@ class Surrogate:
         d = asdict(self)
         d["error_bands"] = [_band_dict(e) for e in self.error_bands]
         d["pair_bands"] = [_band_dict(e) for e in self.pair_bands]
+        d["lead_bands"] = [_band_dict(e) for e in self.lead_bands]
         d["size_trend"] = [asdict(e) for e in self.size_trend]
         d["reference"] = {k: list(v) for k, v in self.reference.items()}
         if self.scaling_law is None:
@@ -399,7 +411,8 @@ class Surrogate:
             raise InputError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}")
         kwargs = {k: v for k, v in d.items() if k in known}
         parsed: dict[str, Any] = {
-            name: _parse_bands(kwargs.pop(name, []), name, source) for name in ("error_bands", "pair_bands")
+            name: _parse_bands(kwargs.pop(name, []), name, source)
+            for name in ("error_bands", "pair_bands", "lead_bands")
         }
         parsed["size_trend"] = _parse_trend(kwargs.pop("size_trend", []), source)
         if kwargs.get("scaling_law") is not None:

@@ -288,6 +288,44 @@ def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin
     assert not judge_paired(t, y, [rival_other_tau(3.0, 1.0)], surrogate=few).prune
 
 
+def test_other_controls_are_compared_by_loss_ratio_within_the_references_winners_lead():
+    # A reference whose paired predictions tell runs apart only to 5% (all pairs), but whose best runs were
+    # never led by more than 0.5% at any fraction by a run that ended worse (``lead_bands``, 30 runs):
+    # after the first judgements a trial with other controls is compared by the loss ratio with 2 × 0.5% as
+    # the margin, not by the predictions with the ≈8.7% learned paired margin.
+    from dataclasses import replace
+
+    from collapse_hpo.hpo.decision import LEAD_MIN_RUNS, MARGIN_CAP, lead_margin, paired_margin
+
+    wide = ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.05, max_abs=0.15)
+    lead = ErrorBand(fraction=0.1, n=30, bias=0.0, scale=0.005, max_abs=0.005)
+    reference = replace(PAIRED, pair_bands=[wide], lead_bands=[lead])
+    t, y = distorted(3.09, 0.3)  # 3% worse than the rival, at another τ with the same curve shape
+    rt, ry = distorted(3.0, 1.0)
+    other = Competitor(final_loss=3.0, t_hat=tuple(rt), loss=tuple(ry), schedule=SCHEDULE, tau=2 * TAU,
+                       tpp=TPP)
+    d = judge_paired(t, y, [other], surrogate=reference)
+    assert d.prune and "loss ratio at t_hat=0.3, the reference's winners' lead" in d.reason
+    assert "more than the 1.00% margin" in d.reason
+    settings = PruneSettings()
+    floor = DEFAULT_MARGIN
+    assert lead_margin(reference, 0.3, settings, floor) == pytest.approx(MARGIN_CAP * 0.005)
+    # the same trial by the paired predictions (no lead, too few runs behind it, or a lead too wide): kept
+    for kept in (
+        replace(reference, lead_bands=[]),
+        replace(reference, lead_bands=[replace(lead, n=LEAD_MIN_RUNS - 1)]),
+        replace(reference, lead_bands=[replace(lead, scale=0.05, max_abs=0.05)]),
+    ):
+        assert lead_margin(kept, 0.3, settings, floor) is None
+        d = judge_paired(t, y, [other], surrogate=kept)
+        assert not d.prune and "paired at t_hat=0.3" in d.reason
+    assert MARGIN_CAP * 0.05 > paired_margin(reference, 0.3, settings, floor)[0] > MARGIN_CAP * 0.005
+    # during the first judgements the early loss ratio (margin: the setting, capped) is what compares them
+    early_t, early_y = distorted(3.09, 0.15)
+    d = judge_paired(early_t, early_y, [other], surrogate=reference)
+    assert "early loss ratio" in d.reason
+
+
 def test_paired_uses_a_younger_rival_at_its_own_last_fraction():
     t, y = distorted(3.2, 0.5)
     young = rival(None, 0.25, latest=Prediction(final_loss=3.0, low=2.7, high=3.3, fraction=0.25))

@@ -153,6 +153,44 @@ def test_pair_bands_are_differences_within_a_fold_and_cancel_a_shared_bias():
     assert Surrogate.from_dict(s.to_dict()).pair_bands == s.pair_bands
 
 
+def test_lead_bands_are_how_far_a_worse_run_led_the_best_ones():
+    from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, _lead_bands
+    from collapse_hpo.predictors.curves import Curve
+
+    t = np.linspace(0.01, 1.0, 100)
+    shape = 1.0 + 2.0 * (1.0 - t) ** 2
+
+    def run(name: str, final: float, bump: float = 0.0) -> Curve:
+        # ``bump``: extra log-loss before t̂ 0.3 (the curve crosses later), none from there on
+        return Curve(run=name, t_hat=t, loss=final * shape * np.exp(bump * (t < 0.3)))
+
+    # 40 runs: the best two (5%) end at 1.00 and 1.01; run "fast" ends worse (1.05) but leads both before
+    # t̂ 0.3 (its log-loss 0.09 lower than its final level's), by most over the second; the rest trail.
+    curves = [run("best", 1.00), run("second", 1.01), run("fast", 1.05, bump=-0.09)]
+    curves += [run(f"r{i}", 1.1 + 0.01 * i) for i in range(37)]
+    bands = {b.fraction: b for b in _lead_bands(curves, LEAD_FRACTIONS, 0.5)}
+    assert sorted(bands) == list(LEAD_FRACTIONS)
+    assert bands[0.2].scale == pytest.approx(0.09 - np.log(1.05 / 1.01), rel=1e-9) and bands[0.2].n == 40
+    # from t̂ 0.6 on (window [0.3, 0.6]) no worse run leads: the floor; the lead never grows with t̂ (the
+    # envelope of the later fractions' leads)
+    assert bands[0.6].scale == pytest.approx(1e-4)
+    scales = [bands[p].scale for p in LEAD_FRACTIONS]
+    assert scales == sorted(scales, reverse=True)
+    # a worse run (final 1.05) that leads the best ones only late in training, for t̂ in (0.5, 0.85): the
+    # lead it had at 0.9 raises every earlier fraction's band
+    late = Curve(run="late", t_hat=t, loss=1.05 * shape * np.exp(-0.1 * ((t > 0.5) & (t < 0.85))))
+    raised = {b.fraction: b.scale for b in _lead_bands([*curves[:3], late, *curves[3:]], LEAD_FRACTIONS, 0.5)}
+    assert raised[0.6] >= raised[0.9] > 0.01 > bands[0.6].scale
+    c = calibrate(synthetic_curves(taus=(0.05, 0.1, 0.2), tpps=(20.0, 80.0), noise=0.001, seed=2),
+                  predict_weight=0.0, free_m=False)
+    s = c.surrogate
+    assert [b.fraction for b in s.lead_bands] == list(LEAD_FRACTIONS)
+    assert Surrogate.from_dict(s.to_dict()).lead_bands == s.lead_bands
+    old = s.to_dict()
+    del old["lead_bands"]  # a file written before them reads with none
+    assert Surrogate.from_dict(old).lead_bands == []
+
+
 def test_a_single_curve_gives_no_pair_bands_and_says_so():
     curves = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=1, noise=0.001)
     c = calibrate(curves, free_m=False)

@@ -7,7 +7,9 @@ setting of each family's grid (``peers.FRONTIER_KNOBS``) and returns one ``Front
 - compute: mean share of the unpruned sweep's tokens (equal token budgets: of its report steps);
 - regret: mean relative regret over the orders (best kept final loss minus the best final loss, over the
   best final loss);
-- best_cut: the share of orders in which the trial with the best final loss was pruned.
+- best_cut: the share of orders in which the trial with the best final loss was pruned;
+- late: mean share of the unpruned sweep's tokens spent on trials pruned after t̂ 0.3
+  (``replay.LATE_FRACTION``).
 
 A setting is on its family's frontier (``on_regret_frontier``, ``on_best_cut_frontier``) when no other
 setting of the family is at no more compute and no more regret (best-cut rate) and better in one of them.
@@ -69,6 +71,7 @@ class FrontierPoint:
     orders: int
     on_regret_frontier: bool = False
     on_best_cut_frontier: bool = False
+    late: float = float("nan")  # mean share of the unpruned tokens spent on trials pruned after t̂ 0.3
 
     def row(self) -> dict[str, object]:
         """The point as a flat dict for CSV."""
@@ -134,7 +137,8 @@ def frontier(
                           progress=said if progress is not None else None)
     points = [
         FrontierPoint(sweep=sweep.name, family=s.family, setting=s.label, compute=m.compute,
-                      regret=m.relative_regret, best_cut=m.best_pruned_rate, orders=m.orders)
+                      regret=m.relative_regret, best_cut=m.best_pruned_rate, orders=m.orders,
+                      late=m.late_compute)
         for s, m in zip(chosen, summaries)
     ]
     mark_frontiers(points)
@@ -173,16 +177,18 @@ def coverage(points: Sequence[FrontierPoint], ours: str, peer: str) -> Coverage:
                     total=len(theirs), missed=missed)
 
 
-HEADER = f"{'setting':<46} {'compute':>8} {'regret':>9} {'best cut':>8}  frontier"
+HEADER = f"{'setting':<46} {'compute':>8} {'regret':>9} {'best cut':>8} {'late':>6}  frontier"
 
 
 def format_point(p: FrontierPoint) -> str:
-    """One aligned row: setting, compute, mean regret (%), best-cut rate, frontier marks.
+    """One aligned row: setting, compute, mean regret (%), best-cut rate, late compute (spent on trials pruned
+    after t̂ 0.3), frontier marks.
 
     The marks: ``R`` on the family's compute-regret frontier, ``B`` on its compute-best-cut frontier.
     """
     marks = ("R" if p.on_regret_frontier else "-") + ("B" if p.on_best_cut_frontier else "-")
-    return f"{p.setting:<46} {p.compute:>8.3f} {p.regret:>9.4%} {p.best_cut:>8.2f}  {marks}"
+    late = "-" if p.late != p.late else f"{p.late:.3f}"  # NaN: an old CSV without it
+    return f"{p.setting:<46} {p.compute:>8.3f} {p.regret:>9.4%} {p.best_cut:>8.2f} {late:>6}  {marks}"
 
 
 def format_frontier(points: Sequence[FrontierPoint]) -> str:
@@ -192,6 +198,7 @@ def format_frontier(points: Sequence[FrontierPoint]) -> str:
     for family in families:
         lines.extend(format_point(p) for p in sorted((p for p in points if p.family == family),
                                                       key=lambda p: (p.compute, p.regret)))
+    lines.append("late: share of the unpruned sweep's tokens spent on trials pruned after t_hat 0.3")
     lines.append("frontier: R = no setting of the family at no more compute and no more mean regret (better "
                  "in one); B = the same with the best-cut rate")
     return "\n".join(lines)

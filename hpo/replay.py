@@ -14,7 +14,9 @@ Measured per replay (``ReplayResult``):
 - regret: best final loss among the trials that ran to the end, minus the best final loss of all trials (the
   final loss is the curve's last loss, the same number a sweep without pruning would rank by);
 - best_pruned: whether the trial with the best final loss was stopped;
-- decision fractions: the t̂ at which each pruned trial was stopped.
+- decision fractions: the t̂ at which each pruned trial was stopped;
+- late compute: tokens spent on trials pruned after t̂ ``LATE_FRACTION`` (0.3) / tokens of the unpruned sweep:
+  what a rule spends by deciding late (a trial cut at t̂ 0.8 cost 0.8 of a trial to learn it was not needed).
 
 Pruners plug in through the ``ReplayPruner`` protocol (adapters for Optuna pruners, Ray Tune schedulers
 and the
@@ -46,6 +48,9 @@ from collapse_hpo.predictors.errors import InputError
 
 #: Optuna and Ray want integer progress: report steps are t̂ in units of 1/STEP_SCALE of training.
 STEP_SCALE = 1000
+#: A prune after this t̂ is a late one: ``ReplayResult.late_compute`` counts the tokens such trials trained
+#: (issue 20, item 4: "the compute spent on trials pruned after t̂ 0.3").
+LATE_FRACTION = 0.3
 
 
 @dataclass
@@ -196,6 +201,7 @@ class ReplayResult:
     relative_regret: float
     best_pruned: bool
     decision_fractions: list[float] = field(default_factory=list)
+    late_compute: float = 0.0  # tokens of trials pruned after t̂ LATE_FRACTION / tokens of the unpruned sweep
 
 
 def simulate(sweep: Sweep, pruner: ReplayPruner, order: Sequence[int], *, workers: int = 4,
@@ -233,6 +239,8 @@ def simulate(sweep: Sweep, pruner: ReplayPruner, order: Sequence[int], *, worker
         running = still
     reached = sweep.grid[stopped_at] / sweep.grid[-1]
     compute = float(np.sum(reached * sweep.weights) / np.sum(sweep.weights))
+    late = pruned & (reached > LATE_FRACTION + 1e-9)
+    late_compute = float(np.sum((reached * sweep.weights)[late]) / np.sum(sweep.weights))
     kept = ~pruned
     best_all = float(np.min(sweep.finals))
     best_kept = float(np.min(sweep.finals[kept])) if kept.any() else math.inf
@@ -247,6 +255,7 @@ def simulate(sweep: Sweep, pruner: ReplayPruner, order: Sequence[int], *, worker
         relative_regret=regret / abs(best_all) if best_all != 0 else math.inf,
         best_pruned=bool(pruned[sweep.best]),
         decision_fractions=[float(sweep.grid[stopped_at[i]]) for i in np.flatnonzero(pruned)],
+        late_compute=late_compute,
     )
 
 
@@ -272,6 +281,7 @@ class Summary:
     decision_median: float  # median t̂ of the prune decisions (NaN when nothing was pruned)
     decision_p10: float
     decision_p90: float
+    late_compute: float = 0.0  # mean share of the unpruned sweep's tokens spent on trials pruned after t̂ 0.3
 
     def row(self) -> dict[str, object]:
         """The summary as a flat dict for tables and CSV."""
@@ -297,6 +307,7 @@ def summarize(sweep: Sweep, results: Sequence[ReplayResult]) -> Summary:
         decision_median=float(np.median(dec)) if dec else math.nan,
         decision_p10=float(np.percentile(dec, 10)) if dec else math.nan,
         decision_p90=float(np.percentile(dec, 90)) if dec else math.nan,
+        late_compute=float(np.mean([r.late_compute for r in results])),
     )
 
 
@@ -463,9 +474,9 @@ def _pool_replay(
 TABLE_COLUMNS = (
     ("pruner", "{:<22}"), ("compute", "{:>8.3f}"), ("relative_regret", "{:>10.4%}"),
     ("max_relative_regret", "{:>10.4%}"), ("best_pruned_rate", "{:>8.2f}"), ("pruned_rate", "{:>7.2f}"),
-    ("decision_median", "{:>7.3f}"),
+    ("decision_median", "{:>7.3f}"), ("late_compute", "{:>8.3f}"),
 )
-TABLE_HEADER = ("pruner", "compute", "regret", "max regret", "best cut", "pruned", "t̂ dec")
+TABLE_HEADER = ("pruner", "compute", "regret", "max regret", "best cut", "pruned", "t̂ dec", "late")
 
 
 def format_row(s: Summary) -> str:
@@ -481,8 +492,9 @@ def format_row(s: Summary) -> str:
 
 
 def format_table(summaries: Sequence[Summary]) -> str:
-    """An aligned text table: compute (fraction of unpruned tokens), regret (of best final loss)."""
-    widths = [22, 8, 10, 10, 8, 7, 7]
+    """An aligned text table: compute (fraction of unpruned tokens), regret (of best final loss), late (the
+    share of the unpruned tokens spent on trials pruned after t̂ ``LATE_FRACTION``)."""
+    widths = [22, 8, 10, 10, 8, 7, 7, 8]
     pairs = enumerate(zip(TABLE_HEADER, widths))
     head = " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in pairs)
     return "\n".join([head, *(format_row(s) for s in summaries)])
@@ -492,15 +504,15 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
     """The summaries as a Markdown table (for RESULTS files)."""
     lines = [
         "| sweep | pruner | compute | mean regret | max regret | best pruned | pruned "
-        "| median t̂ of decisions |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"| median t̂ of decisions | compute pruned after t̂ {LATE_FRACTION:g} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         dec = "-" if math.isnan(s.decision_median) else f"{s.decision_median:.3f}"
         lines.append(
             f"| {s.sweep} | {s.pruner} | {s.compute:.3f} | {s.relative_regret:.3%} "
             f"| {s.max_relative_regret:.3%} "
-            f"| {s.best_pruned_rate:.2f} | {s.pruned_rate:.2f} | {dec} |"
+            f"| {s.best_pruned_rate:.2f} | {s.pruned_rate:.2f} | {dec} | {s.late_compute:.3f} |"
         )
     return "\n".join(lines)
 

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
     from collapse_hpo.hpo import peers
     from collapse_hpo.hpo.replay import (
+        LATE_FRACTION,
         format_table,
         markdown_table,
         plot_compute_regret,
@@ -119,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     summaries, _ = replay(sweep, factories, orders=args.orders, workers=args.workers, seed=args.seed,
                           jobs=jobs, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(markdown_table(summaries) if args.markdown else format_table(summaries))
+    if not args.markdown:
+        print(f"late: share of the unpruned sweep's tokens spent on trials pruned after t_hat "
+              f"{LATE_FRACTION:g}")
     if args.csv:
         write_summary_csv(args.csv, summaries)
     if args.plot:

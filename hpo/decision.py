@@ -43,8 +43,12 @@ During a trial's first judgements (its t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_frac
 has reached ``min_fraction`` is compared by the loss ratio at the common fraction, whatever its controls,
 with ``margin`` as the whole margin: early in a random search the eventual best is close to the leader,
 later the curves of different controls cross by far more than any affordable margin (BENCHMARKS §13). A
-trial that runs ahead of its competitors is compared at their latest fraction (the common one) and the
-reason says both fractions: where they were compared and where the decision was made. The margin is
+trial that runs ahead of its competitors is compared at their latest fraction f (the common one), and with a
+surrogate the comparison is moved by what the trial showed since: how far its predicted final loss moved from
+f to its own fraction, less the mean move of the trials that reached its fraction (the collapse shape's own
+error between the two fractions, which the competitor will see too; ``_ahead_drift``, ``AHEAD_WITNESSES``), so
+the decision is made now rather than when the competitor catches up. The reason says both fractions: where
+they were compared and where the decision was made, and the drift counted. The margin is
 ``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the reference's paired error at its latest fraction
 (a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
 the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
@@ -109,6 +113,16 @@ EARLY_JUDGEMENT = 1.5
 #: so those sweeps keep ``margin``.
 MARGIN_CAP = 2.0
 MARGIN_CAP_RUNS = 10
+
+#: A trial that runs ahead of a competitor (the competitor's latest report at f < the trial's fraction p) is
+#: compared at f, and the comparison is moved by the trial's *drift* since f: how far its predicted final loss
+#: moved from f to p (the collapse shape relates the two fractions), less the mean drift over f → p of the
+#: trials that have reached p (the trial itself and up to AHEAD_WITNESSES other competitors: completed ones
+#: and running ones ahead of it). The mean drift is what the shape's own error moves every prediction by, so
+#: what is left is this trial's own news since f (``_ahead_drift``). With no other trial past p the mean
+#: drift is the trial's own and the comparison is the one at f unchanged. AHEAD_WITNESSES bounds the cost
+#: only (two memoized predictions per witness and fraction); it was set before any measurement, never tuned.
+AHEAD_WITNESSES = 8
 
 
 def sweep_margin(settings: PruneSettings, surrogate: Surrogate | None) -> float:
@@ -713,6 +727,8 @@ def _paired(
             lead_at[f] = lead_margin(surrogate, f, settings, floor)
         return lead_at[f]
 
+    # Per common fraction f behind this trial's: its drift since f relative to the witnesses' (_ahead_drift).
+    drift_at: dict[float, tuple[float, str] | None] = {}
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -753,6 +769,15 @@ def _paired(
                     if mine is not None and theirs is not None and paired is not None:
                         margin, how = paired
                         log_ratio = math.log(mine / theirs)
+                if log_ratio is not None and f < fraction - 1e-9 and prediction is not None:
+                    if f not in drift_at:
+                        if f not in own:
+                            own[f] = at(f, t, y, schedule, tau, tpp)
+                        drift_at[f] = _ahead_drift(f, fraction, value, own[f], comps, at)
+                    drift = drift_at[f]
+                    if drift is not None:
+                        log_ratio += drift[0]
+                        how += drift[1]
                 if log_ratio is not None:
                     bar = value * math.exp(margin - log_ratio)
                     theirs_final, used_margin = value * math.exp(-log_ratio), margin
@@ -845,6 +870,54 @@ def paired_margin(
         return None
     learned = t_quantile(settings.confidence, band.n) * band.scale * math.sqrt(1 + 1 / band.n)
     return max(floor, learned), f"paired at t_hat={f:.3g}, at {settings.confidence:.0%}"
+
+
+def _ahead_drift(
+    f: float,
+    fraction: float,
+    value: float,
+    mine_at_f: float | None,
+    comps: list[float | Prediction | Competitor],
+    at: Any,
+) -> tuple[float, str] | None:
+    """How far this trial's news since fraction ``f`` moves its comparison with a competitor last seen at f.
+
+    The trial is at ``fraction`` = p > f. Its drift D = log(pred(p) / pred(f)) is how much its predicted final
+    loss moved from its points up to f to all its points (the surrogate's collapse shape relates the two
+    fractions). Part of D is the shape's error between f and p, shared by the sweep's trials, which the
+    competitor, still at f, will see too; the rest is news about this trial. The shared part is estimated by
+    the mean drift over f → p of the *witnesses*: the trial itself and up to ``AHEAD_WITNESSES`` competitors
+    whose curves reach p (completed trials, running ones ahead of it; the last ones in ``comps``). The shift
+    returned is D − mean(D), in log units, added to the log-ratio compared at f, with the margin used at f:
+    its error, ε_T(p) − ε_C(f) plus the mean of the witnesses' ε(f) − ε(p) (ε each prediction's own miss), has
+    about the variance of the paired error at f it replaces. With no witness but the trial the shift is 0.
+
+    ``at(f, t, y, schedule, tau, tpp, memo)`` is ``_paired``'s memoized prediction from the points at t̂ <= f.
+    Returns (shift, the reason's wording), or None when the trial's prediction at f failed.
+    """
+    if mine_at_f is None or mine_at_f <= 0 or value <= 0:
+        return None
+    own_drift = math.log(value / mine_at_f)
+    drifts = [own_drift]
+    witnesses = [
+        c for c in comps
+        if isinstance(c, Competitor) and c.schedule is not None and len(c.t_hat)
+        and c.last_at(fraction) is not None and c.last_at(fraction) >= fraction - 1e-9
+    ]
+    witnesses = witnesses[max(0, len(witnesses) - AHEAD_WITNESSES):]
+    for c in witnesses:
+        ct, cy = c.arrays()
+        then = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
+        now = at(fraction, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
+        if then is not None and now is not None and then > 0 and now > 0:
+            drifts.append(math.log(now / then))
+    shift = own_drift - float(np.mean(drifts))
+    if len(drifts) == 1:
+        return 0.0, (f"; this trial ran ahead to t_hat={fraction:.3g}: no other trial reached it, so its "
+                     f"{100 * own_drift:+.2f}% predicted drift since is not told from the shape's")
+    return shift, (f"; this trial ran ahead to t_hat={fraction:.3g}: its predicted final loss moved "
+                   f"{100 * own_drift:+.2f}% since, the {len(drifts) - 1} other trial(s) that reached it "
+                   f"{100 * float(np.mean(drifts[1:])):+.2f}% on average: {100 * shift:+.2f}% counted")
 
 
 def paired_reason(

@@ -458,3 +458,54 @@ def test_first_judgements_compare_other_controls_by_the_early_loss_ratio_and_lat
     d = decide(late, 3.3 * (1 + 1 / (late * 10)), surrogate=None, schedule=Schedule(), tau=0.1, tpp=20,
                competitors=[comp], settings=s)
     assert not d.prune and "no competitor with equal controls" in d.reason
+
+
+def _ahead_case(before: float, after: float, witnesses: tuple[float, ...]) -> Decision:
+    """A trial at t̂ 0.8 on the exact collapse of final loss ``before`` up to t̂ 0.3 and of ``after`` from there
+    on, against a running competitor (final 3.0) that has only reached t̂ 0.3, and completed trials of final
+    losses ``witnesses`` (exact collapse curves: their predictions do not move from 0.3 to 0.8); equal
+    controls.
+    """
+    t, y = curve(before, 0.8)
+    y = np.where(t > 0.3 + 1e-9, after * SURROGATE.normalized(t, SCHEDULE, TAU, TPP), y)
+    ct, cy = curve(3.0, 0.3)
+    comps = [Competitor.from_reports(ct, cy, schedule=SCHEDULE, tau=TAU, tpp=TPP)]
+    for final in witnesses:
+        wt, wy = curve(final, 1.0)
+        comps.append(Competitor.from_reports(wt, wy, final_loss=final, schedule=SCHEDULE, tau=TAU, tpp=TPP))
+    return decide(t, y, surrogate=SURROGATE, schedule=SCHEDULE, tau=TAU, tpp=TPP, competitors=comps,
+                  settings=PruneSettings())
+
+
+def test_a_trial_running_ahead_is_judged_now_against_the_predicted_final_loss_of_a_competitor_behind():
+    # Issue 20 item 4. The trial was 1.6% behind the competitor at t̂ 0.3, the competitor's latest report,
+    # within the 4% margin; since then its predicted final loss rose 7.9% (3.05 -> 3.3) while the shape held
+    # for the trials that reached t̂ 0.8 (their predictions did not move). The comparison at 0.3 moved by its
+    # own news, 7.9% less the witnesses' mean drift (7.9 + 0 + 0)/3, is a 6.9% lead: pruned now, at t̂ 0.8.
+    # The old rule compared the curves at 0.3 only (1.6%) and kept it until the competitor caught up; the
+    # completed trials (3.25, 3.4) are within the margin at 0.8 and do not cut it either.
+    d = _ahead_case(3.05, 3.3, (3.25, 3.4))
+    assert d.prune, d.reason
+    lead = math.log(3.05 / 3.0) + (2 / 3) * math.log(3.3 / 3.05)
+    assert f"is {100 * lead:.2f}% ahead (loss ratio at t_hat=0.3, equal controls" in d.reason
+    moved = math.log(3.3 / 3.05)
+    assert f"ran ahead to t_hat=0.8: its predicted final loss moved {100 * moved:+.2f}% since" in d.reason
+    assert d.reason.endswith("more than the 4.00% margin: pruned at t_hat=0.8")
+    assert d.threshold_index == 0  # the running competitor behind it, not a completed one
+
+
+def test_with_no_other_trial_past_it_a_trial_running_ahead_is_compared_at_the_competitors_fraction():
+    # The same trial with no completed trial: its own drift cannot be told from the shape's error between
+    # t̂ 0.3 and 0.8 (which the competitor will see too), so the comparison at 0.3 stands unchanged: kept.
+    d = _ahead_case(3.05, 3.3, ())
+    assert not d.prune, d.reason
+    assert f"is {100 * math.log(3.05 / 3.0):.2f}% ahead (loss ratio at t_hat=0.3" in d.reason
+    assert "no other trial reached it" in d.reason
+
+
+def test_a_trial_running_ahead_that_caught_up_since_is_kept():
+    # 6.5% behind at t̂ 0.3 (cut there by the old rule, whatever happened since); its predicted final loss has
+    # fallen 5.8% since while the witnesses' held: 6.5% - (2/3)·5.8% = 2.6%, within the margin.
+    d = _ahead_case(3.2, 3.02, (3.25, 3.4))
+    assert not d.prune, d.reason
+    assert f"moved {100 * math.log(3.02 / 3.2):+.2f}% since" in d.reason

@@ -90,6 +90,7 @@ def test_cli_frontier_table_csv_plot_and_marks(tmp_path, capsys, monkeypatch):
     assert float(topk["compute"]) == pytest.approx(direct.compute)
     assert float(topk["regret"]) == pytest.approx(direct.relative_regret)
     assert float(topk["best_cut"]) == pytest.approx(direct.best_pruned_rate)
+    assert float(topk["late"]) == pytest.approx(direct.late_compute)  # spent on trials cut after t̂ 0.3
 
     # The marks are the Pareto fronts of the printed numbers, family by family, and the table shows them.
     for family in ("top-k", "sha", "collapse"):
@@ -103,6 +104,7 @@ def test_cli_frontier_table_csv_plot_and_marks(tmp_path, capsys, monkeypatch):
         marks = ("R" if r["on_regret_frontier"] == "True" else "-") + (
             "B" if r["on_best_cut_frontier"] == "True" else "-")
         assert line.split()[1] == f"{float(r['compute']):.3f}" and line.endswith(marks)
+        assert line.split()[4] == f"{float(r['late']):.3f}"
     # On curves that never cross, top-k with k=1 keeps the winner at the least compute of its family.
     assert float(topk["regret"]) == 0.0 and topk["on_regret_frontier"] == "True"
     assert "collapse vs top-k:" in out.out and "collapse vs sha:" in out.out

@@ -12,11 +12,14 @@ from collapse_hpo.hpo import peers
 from collapse_hpo.hpo.cli import main
 from collapse_hpo.hpo.replay import (
     Sweep,
+    format_table,
     make_sweep,
+    markdown_table,
     random_orders,
     replay,
     simulate,
     spearman,
+    summarize,
 )
 from collapse_hpo.predictors.curves import Curve, write_curves_csv
 from collapse_hpo.predictors.errors import InputError
@@ -103,6 +106,43 @@ def test_metrics_of_a_known_pruning_pattern():
 
 
 @pytest.mark.parametrize("workers", [1, 3])
+class StopAt:
+    """A pruner that stops trial ``trial`` at its report at t̂ >= ``fraction`` (issue 20 item 4's late cut)."""
+
+    name = "stop-at"
+
+    def __init__(self, stops: dict[int, float]) -> None:
+        self.stops = stops
+
+    def new_sweep(self, sweep: Sweep, seed: int) -> None:
+        self.grid = sweep.grid / sweep.grid[-1]
+
+    def start(self, trial: int) -> None:
+        pass
+
+    def report(self, trial: int, index: int) -> bool:
+        return trial in self.stops and self.grid[index] >= self.stops[trial] - 1e-12
+
+    def finish(self, trial: int, pruned: bool) -> None:
+        pass
+
+
+def test_late_compute_counts_only_the_trials_pruned_after_three_tenths():
+    # Trial 0 cut at t̂ 0.6 and trial 1 at 0.75 count (1.35 of a trial's tokens, over 6 trials); trial 2, cut
+    # at 0.2, does not; nor do the completed trials.
+    sw = make_sweep(parallel_sweep(6, points=20))
+    grid = sw.grid / sw.grid[-1]
+    r = simulate(sw, StopAt({0: 0.6, 1: 0.75, 2: 0.2}), list(range(6)), workers=2)
+    at = {k: float(grid[np.searchsorted(grid, f - 1e-12)]) for k, f in {0: 0.6, 1: 0.75, 2: 0.2}.items()}
+    assert at[0] > 0.3 and at[1] > 0.3 and at[2] < 0.3
+    assert r.late_compute == pytest.approx((at[0] + at[1]) / 6)
+    assert r.compute == pytest.approx((3 + at[0] + at[1] + at[2]) / 6)
+    s = summarize(sw, [r, simulate(sw, peers.NoPruning(), list(range(6)), workers=2)])
+    assert s.late_compute == pytest.approx(r.late_compute / 2)
+    assert "late" in format_table([s]).splitlines()[0]
+    assert f"| {s.late_compute:.3f} |" in markdown_table([s])
+
+
 def test_workers_bound_concurrency_and_follow_the_order(workers):
     sw = make_sweep(parallel_sweep(7))
     order = random_orders(7, 1, seed=1)[0]

@@ -19,8 +19,10 @@ Sweep families and the references of ``collapse`` (never the sweep itself):
   reverse (§11);
 - surestop_lora: ../shared/extdata/surestop_lora, the later nights' 107 runs replayed, the surrogate
   calibrated on the earlier nights' 90 (studies/bench/surestop_lora.py);
-- the quickstart: no curve set of it is committed in artifacts/ (a run writes results/<name>/curves.csv), so
-  it is not drawn here; ``--quickstart CSV`` adds one (its collapse reference: ``--quickstart-reference``).
+- the quickstart: artifacts/curves_quickstart.csv, the 12 trials of ``collapse-hpo run studies/quickstart.yaml
+  --no-prune`` (artifacts/curves_quickstart.COMMAND.txt), judged with the builtin prior (predictors/prior.py,
+  calibrated on another model family: out of sample), the reference the live quickstart starts from;
+  ``--quickstart CSV`` replays another run (its collapse reference: ``--quickstart-reference``).
 
 Writes artifacts/frontier.{md,csv} and artifacts/frontier_<family>.png (compute against mean regret and
 against best-cut rate, one marker set per pruner family). Progress on stderr.
@@ -57,7 +59,7 @@ from collapse_hpo.hpo.frontier import (  # noqa: E402
     plot_frontier,
     write_frontier_csv,
 )
-from collapse_hpo.hpo.replay import Sweep, make_sweep  # noqa: E402
+from collapse_hpo.hpo.replay import LATE_FRACTION, Sweep, make_sweep  # noqa: E402
 from collapse_hpo.predictors.calibrate import calibrate  # noqa: E402
 from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
 
@@ -129,11 +131,17 @@ def load_families(args: argparse.Namespace) -> list[SweepFamily]:
         out.append(SweepFamily("surestop_lora", [sweep], [_quiet_calibrate(earlier)],
                                f"the later nights' {len(later)} runs; collapse's reference calibrated on the "
                                f"earlier nights' {len(earlier)}"))
-    if "quickstart" in want and args.quickstart:
-        sweep = make_sweep(read_curves_csv(args.quickstart), n_reports=REPORTS, name="quickstart")
-        ref = (_quiet_calibrate(read_curves_csv(args.quickstart_reference)) if args.quickstart_reference
-               else None)
-        out.append(SweepFamily("quickstart", [sweep], [ref], f"{args.quickstart}"))
+    if "quickstart" in want:
+        from collapse_hpo.predictors.prior import load_prior
+
+        sweep = make_sweep(read_curves_csv(args.quickstart), n_reports=REPORTS, name="quickstart_noprune")
+        if args.quickstart_reference:
+            ref = _quiet_calibrate(read_curves_csv(args.quickstart_reference))
+            what = args.quickstart_reference
+        else:
+            ref, what = load_prior("builtin")[0], "the builtin prior"
+        out.append(SweepFamily("quickstart", [sweep], [ref], f"{Path(args.quickstart).name}; collapse's "
+                               f"reference: {what}"))
     return out
 
 
@@ -161,6 +169,7 @@ def averaged(family: str, per_sweep: list[list[FrontierPoint]]) -> list[Frontier
             sweep=family, family=rows[0].family, setting=lab,
             compute=sum(r.compute for r in rows) / len(rows), regret=sum(r.regret for r in rows) / len(rows),
             best_cut=sum(r.best_cut for r in rows) / len(rows), orders=sum(r.orders for r in rows),
+            late=sum(r.late for r in rows) / len(rows),
         ))
     mark_frontiers(out)
     return out
@@ -177,7 +186,9 @@ def markdown(results: list[tuple[SweepFamily, list[FrontierPoint]]], orders: int
     head = ("| sweep family | pruner family | regret 0 | ≤ 0.1% | ≤ 0.3% | ≤ 1% |\n"
             "|---|---|---:|---:|---:|---:|")
     lines = [f"Least compute (share of the unpruned sweep's tokens) of a setting at each mean regret, with "
-             f"its best-cut rate in brackets; {orders} orders per sweep, averaged over a family's sweeps.",
+             f"its best-cut rate and its late compute (the share spent on trials pruned after t̂ "
+             f"{LATE_FRACTION:g}; '-' where an older run did not record it) in brackets; {orders} orders per "
+             f"sweep, averaged over a family's sweeps.",
              "", head]
     verdicts = []
     for fam, points in results:
@@ -186,7 +197,8 @@ def markdown(results: list[tuple[SweepFamily, list[FrontierPoint]]], orders: int
             cells = []
             for level in LEVELS:
                 p = cheapest(points, family, level)
-                cells.append("-" if p is None else f"{p.compute:.3f} ({p.best_cut:.2f})")
+                late = "-" if p is None or p.late != p.late else f"{p.late:.3f}"  # NaN: not recorded
+                cells.append("-" if p is None else f"{p.compute:.3f} ({p.best_cut:.2f}; {late})")
             lines.append(f"| {fam.name} | {family} | " + " | ".join(cells) + " |")
         for ours in (f for f in families if f in peers.FRONTIER_OURS):
             covs = [coverage(points, ours, peer) for peer in families if peer not in peers.FRONTIER_OURS]
@@ -210,7 +222,8 @@ def read_points(path: Path, orders: int) -> list[FrontierPoint]:
         rows = list(csv.DictReader(fh))
     out = [FrontierPoint(sweep=r["sweep"], family=r["family"], setting=r["setting"],
                          compute=float(r["compute"]), regret=float(r["regret"]),
-                         best_cut=float(r["best_cut"]), orders=int(r["orders"]))
+                         best_cut=float(r["best_cut"]), orders=int(r["orders"]),
+                         late=float(r.get("late") or "nan"))
            for r in rows]
     per_sweep = [p for p in out if p.orders == orders]
     if not per_sweep:
@@ -227,10 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="sweep family (repeatable; default: all)")
     ap.add_argument("--skip", action="append", default=[], help="a pruner family to leave out (repeatable)")
     ap.add_argument("--skip-online", action="store_true", help="leave collapse-online out (the slowest)")
-    ap.add_argument("--quickstart", default=None,
-                    help="curve CSV of a quickstart run (results/<name>/curves.csv)")
+    ap.add_argument("--quickstart", default=str(ART / "curves_quickstart.csv"),
+                    help="curve CSV of an unpruned quickstart run (default: the committed one)")
     ap.add_argument("--quickstart-reference", default=None,
-                    help="reference curves for its collapse surrogate")
+                    help="reference curves for its collapse surrogate (default: the builtin prior)")
     ap.add_argument("--only", action="append", default=None,
                     help="replay only this pruner family (repeatable); the others come from --reuse")
     ap.add_argument("--reuse", default=None,
@@ -271,9 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         plot_frontier(out / f"frontier_{slug}.png", points,
                       title=f"{fam.name}: {fam.note} ({args.orders} orders per sweep)")
     text = markdown(results, args.orders)
-    if "quickstart" in (args.family or ("quickstart",)) and not args.quickstart:
-        text += ("\n- the quickstart: not drawn (no curve set of it is committed in artifacts/; pass "
-                 "--quickstart results/<name>/curves.csv)")
     print(text)
     from collapse_hpo.predictors.atomic import atomic_write
 

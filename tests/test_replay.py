@@ -105,7 +105,6 @@ def test_metrics_of_a_known_pruning_pattern():
     assert r.decision_fractions == pytest.approx([first] * 5)
 
 
-@pytest.mark.parametrize("workers", [1, 3])
 class StopAt:
     """A pruner that stops trial ``trial`` at its report at t̂ >= ``fraction`` (issue 20 item 4's late cut)."""
 
@@ -143,6 +142,7 @@ def test_late_compute_counts_only_the_trials_pruned_after_three_tenths():
     assert f"| {s.late_compute:.3f} |" in markdown_table([s])
 
 
+@pytest.mark.parametrize("workers", [1, 3])
 def test_workers_bound_concurrency_and_follow_the_order(workers):
     sw = make_sweep(parallel_sweep(7))
     order = random_orders(7, 1, seed=1)[0]

@@ -106,7 +106,7 @@ def test_metrics_of_a_known_pruning_pattern():
 
 
 class StopAt:
-    """A pruner that stops trial ``trial`` at its report at t̂ >= ``fraction`` (issue 20 item 4's late cut)."""
+    """A pruner that stops each trial of ``stops`` at its first report at or past its t̂ there."""
 
     name = "stop-at"
 

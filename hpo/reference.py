@@ -6,9 +6,10 @@ Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
 - ``StudyReference``: another Optuna study (a calibration family: e.g. several model sizes at one TPP) in a
   storage; its completed trials' curves are calibrated once, on first use.
 - ``OnlineReference``: the sweep's own completed trials. Before ``min_trials`` trials have completed there
-  is no surrogate (no pruning; the reason says so); afterwards the surrogate is refitted whenever the set of
-  completed trials changes. Each fit is stored in the study's user attrs (``collapse_reference``) so that
-  other workers and a restarted driver reuse it instead of refitting.
+  is no surrogate (no pruning; the reason says so); afterwards the surrogate is refitted each time the count
+  of completed trials reaches the next point of a geometric schedule (3, 4, 6, 9, 13, 19, ...:
+  ``REFIT_GROWTH``), on the trials that completed first. Each fit is stored in the study's user attrs
+  (``collapse_reference``) so that other workers and a restarted driver reuse it instead of refitting.
 
 A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)``. ``study`` is the
 sweep's Optuna study, or None where there is none (a Ray scheduler without a mirror): only an online
@@ -60,12 +61,75 @@ from collapse_hpo.predictors.surrogate import Surrogate
 if TYPE_CHECKING:
     import optuna
 
+class TrialMemo:
+    """Each trial's controls and curve, read once per stored version of the trial.
+
+    An online reference reads every trial at every judgement (the completed ones for its fit, all of them to
+    test it); parsing their controls and building their curves anew each time was a third of a
+    ``collapse-online`` replay. Optuna's storages never change a FrozenTrial they handed out (a write replaces
+    the object), so an entry is reused while the trial is the same object with the same fingerprint (state,
+    number of reports and of user attrs, value), or, finished, has the same fingerprint (a finished trial
+    never changes): as hpo/pruner.py's views. Keyed by the storage's trial id and the defaults.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, TrialControls], list[Any]] = {}
+
+    def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> list[Any]:
+        key = (getattr(t, "_trial_id", None), defaults)
+        fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
+        hit = self._entries.get(key) if key[0] is not None else None
+        if hit is not None and hit[1] == fingerprint and (hit[0] is t or t.state.is_finished()):
+            return hit
+        try:
+            controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
+        except InputError as err:
+            controls = err
+        entry = [t, fingerprint, controls, _UNSET, _UNSET]
+        if key[0] is not None:
+            if len(self._entries) >= 100_000:
+                self._entries.clear()
+            self._entries[key] = entry
+        return entry
+
+    def controls(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> TrialControls:
+        """``defaults.merged(t.user_attrs)``; raises its InputError."""
+        controls = self._entry(t, defaults)[2]
+        if isinstance(controls, InputError):
+            raise controls
+        return controls
+
+    def curve(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> Curve | None:
+        """``trial_curve(t, defaults)``; raises its InputError."""
+        entry = self._entry(t, defaults)
+        if entry[3] is _UNSET:
+            try:
+                entry[3] = trial_curve(t, defaults)
+            except InputError as err:
+                entry[3] = err
+        if isinstance(entry[3], InputError):
+            raise entry[3]
+        return entry[3]
+
+    def last_step(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> float | None:
+        """The trial's last reported step (the pruner's sampler point left out); None without one."""
+        entry = self._entry(t, defaults)
+        if entry[4] is _UNSET:
+            skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
+            entry[4] = max((s for s in t.intermediate_values if s != skip), default=None)
+        return entry[4]
+
+
+_UNSET = object()
+
+
 def reference_curves(
-    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, memo: TrialMemo | None = None
 ) -> tuple[list[Curve], list[int]]:
     """Complete, clean curves of COMPLETE trials (final loss known, every loss finite and positive, t̂ ≤ 1).
 
     Returns the curves and their trial numbers (ascending). Trials whose curves do not qualify are skipped.
+    ``memo``: read each trial's curve through it (the same curves, built once per trial).
     """
     import optuna
 
@@ -75,7 +139,7 @@ def reference_curves(
         if t.state != optuna.trial.TrialState.COMPLETE or t.user_attrs.get(SAMPLER_STEP_ATTR) is not None:
             continue
         try:
-            c = trial_curve(t, defaults)
+            c = trial_curve(t, defaults) if memo is None else memo.curve(t, defaults)
         except InputError:
             continue
         if c is None or c.t_hat.size < 3:
@@ -264,8 +328,49 @@ class StudyReference:
 
 #: How an online reference refits (``OnlineReference(refit=...)``).
 REFITS = ("background", "inline")
+#: The online reference refits when the count of completed trials reaches the next point of the schedule
+#: n_0 = min_trials, n_(k+1) = max(n_k + 1, floor(REFIT_GROWTH · n_k)): 3, 4, 6, 9, 13, 19, 28, 42, 63, 94,
+#: 141, ... (``refit_points``). A fit costs seconds and grows with the curves it fits; one refit per completed
+#: trial made ``collapse-online``'s replay of 197 LoRA runs take ~60 CPU s per order (BENCHMARKS §16), almost
+#: all of it fits. With the schedule a sweep of n completed trials makes ~log(n)/log(1.5) fits, and the curves
+#: fitted sum to ~3n instead of ~n²/2. 1.5 was chosen on the development sweeps only (§5's eight and the two
+#: random-config sweeps; BENCHMARKS §17): the largest of 1 (a refit per completion), 1.25, 1.5 and 2 whose
+#: collapse-online replays keep every winner and spend no more compute than a refit per completion, at equal
+#: margins; surestop_lora (out of sample) was measured after the choice. 1 restores a refit per completion.
+REFIT_GROWTH = 1.5
 #: The ``prior`` of an online reference that has none.
 NO_PRIOR = "none"
+
+
+def refit_points(min_trials: int, growth: float, up_to: int) -> list[int]:
+    """The counts of completed trials at which an online reference refits, up to ``up_to`` (ascending):
+    n_0 = ``min_trials``, n_(k+1) = max(n_k + 1, floor(``growth`` · n_k)). ``growth`` 1 gives every count."""
+    points: list[int] = []
+    n = min_trials
+    while n <= up_to:
+        points.append(n)
+        n = max(n + 1, math.floor(growth * n + 1e-9))
+    return points
+
+
+def scheduled_count(n_completed: int, min_trials: int, growth: float, max_trials: int | None = None) -> int:
+    """How many completed trials the online fit uses when ``n_completed`` have completed: the last point of
+    ``refit_points`` reached (0 before ``min_trials``), capped by ``max_trials``."""
+    points = refit_points(min_trials, growth, n_completed)
+    n = points[-1] if points else 0
+    return n if max_trials is None else min(n, max_trials)
+
+
+def completion_order(trials: list[optuna.trial.FrozenTrial], numbers: list[int]) -> list[int]:
+    """``numbers`` (trial numbers) in the order their trials completed (``datetime_complete``; ties and trials
+    without one after, by number). The same in every worker and after a restart: it is in the storage."""
+    done = {t.number: t.datetime_complete for t in trials if t.number in set(numbers)}
+
+    def key(n: int) -> tuple[bool, Any, int]:
+        dt = done.get(n)
+        return (dt is None, dt.timestamp() if dt is not None else 0.0, n)
+
+    return sorted(numbers, key=key)
 
 
 def _tested_label(label: str, tested: tuple[tuple[str, float], ...]) -> str:
@@ -277,13 +382,16 @@ def _tested_label(label: str, tested: tuple[tuple[str, float], ...]) -> str:
 
 
 class OnlineReference:
-    """Online calibration on the sweep's own completed trials, refitted whenever that set changes; before
-    that, a prior tested on the sweep's partial curves.
+    """Online calibration on the sweep's own completed trials, refitted on a geometric schedule of their
+    count; before the first fit, a prior tested on the sweep's partial curves.
 
     Args:
         min_trials: completed, clean curves needed before the first fit (at least 2).
-        max_trials: use at most this many completed trials (the lowest-numbered); None = all. Bounds the refit
-            cost in long sweeps.
+        max_trials: use at most this many completed trials (the first to complete); None = all. Bounds the
+            refit cost in long sweeps.
+        refit_growth: the refit schedule's growth factor (None: ``REFIT_GROWTH``, 1.5; at least 1): with
+            ``min_trials`` 3 the fits use the first 3, 4, 6, 9, 13, 19, 28, 42, ... completed trials; 1 refits
+            on every completion.
         prior: the surrogate that speaks until the first online fit is ready: ``"builtin"`` (default:
             predictors/prior.py's ``BUILTIN_PRIOR``), a surrogate JSON path, a ``Surrogate``, or
             ``"none"``/None (no prediction before the first fit; the equal-controls loss ratio needs none).
@@ -292,6 +400,15 @@ class OnlineReference:
             ``prior:NAME;N@R,...`` (tested on trial N up to t̂ = R, ...).
         refit: ``"background"`` (default, live sweeps) or ``"inline"`` (replays).
 
+    The refit schedule. A fit of a few more curves barely moves the collapse shape, but costs seconds (more
+    with more curves), and each new fit makes every prediction anew. So the fit does not follow every
+    completed trial: when n clean curves of COMPLETE trials exist, it uses the first ``scheduled_count(n)``
+    of them in completion order (``completion_order``: the storage's ``datetime_complete``, so every worker
+    and a restarted driver agree), the last point of ``refit_points`` reached: 3, 4, 6, 9, 13, 19, 28, 42,
+    63, 94, 141, ... for ``min_trials`` 3. A sweep of n completed trials thus makes about ln(n)/ln(1.5) + 1
+    fits (10 for 100, 12 for 200), in live sweeps (fewer background fits, less CPU) and in replays alike.
+    The trials that completed after the last point are not fitted on; they test the fit (below) instead.
+
     Refits and determinism. A refit (``fit_surrogate``: seconds) never runs inside ``get`` with
     ``refit="background"``: ``get`` hands the new set of completed trials to a background thread and
     answers with the latest surrogate finished before this call (the newest fit this process has, or the
@@ -299,14 +416,14 @@ class OnlineReference:
     user attrs (``collapse_reference``), where every worker and a restarted driver find it. Which fit a
     decision uses then depends on timing, like the reports of other workers do; the label in each decision
     log entry names it, so a decision is reproducible from the log. With ``refit="inline"`` (the replay
-    harness, hpo/replay.py) the fit runs in ``get`` as soon as the set changes: a decision depends on the
-    trials only, and a replay is deterministic. The tested prior is computed inline in both modes
-    (milliseconds) and depends on the trials only.
+    harness, hpo/replay.py) the fit runs in ``get`` as soon as the scheduled set changes: a decision
+    depends on the trials only, and a replay is deterministic. The tested prior is computed inline in both
+    modes (milliseconds) and depends on the trials only.
     """
 
     def __init__(
         self, *, min_trials: int = 3, max_trials: int | None = None, prior: Any = BUILTIN,
-        refit: str = "background",
+        refit: str = "background", refit_growth: float | None = None,
     ) -> None:
         if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
             raise InputError(f"reference: 'min_trials' must be an integer >= 2, got {min_trials!r}")
@@ -316,7 +433,13 @@ class OnlineReference:
             raise InputError(f"reference: 'max_trials' must be an integer >= min_trials, got {max_trials!r}")
         if refit not in REFITS:
             raise InputError(f"reference: 'refit' must be one of {', '.join(REFITS)}, got {refit!r}")
+        if refit_growth is None:
+            refit_growth = REFIT_GROWTH
+        if (isinstance(refit_growth, bool) or not isinstance(refit_growth, int | float)
+                or not math.isfinite(refit_growth) or refit_growth < 1):
+            raise InputError(f"reference: 'refit_growth' must be a number >= 1, got {refit_growth!r}")
         self.min_trials = min_trials
+        self.refit_growth = float(refit_growth)
         self.max_trials = max_trials
         self.refit = refit
         self._prior: tuple[Surrogate, str] | None = None
@@ -333,6 +456,10 @@ class OnlineReference:
         self._tested: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
         self._tested_fit: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
         self._refitter = _Refitter() if refit == "background" else None
+        self._memo = TrialMemo()
+        # the complete trials' ids at the last ``get`` and their reference curves (a finished trial never
+        # changes, so the same ids give the same curves)
+        self._complete: tuple[tuple[Any, ...], tuple[list[Curve], list[int]]] | None = None
 
     @property
     def prior(self) -> str | None:
@@ -347,13 +474,24 @@ class OnlineReference:
     ) -> tuple[Surrogate | None, str]:
         """The surrogate fitted on the study's completed trials (or, until it is ready, the latest fit
         finished, else the tested prior), or (None, why not)."""
+        import optuna
+
         if study is None:
             return None, "online calibration needs the sweep's Optuna study (none given)"
         if trials is None:
             trials = study.get_trials(deepcopy=False)
-        curves, numbers = reference_curves(trials, defaults)
-        if self.max_trials is not None:
-            curves, numbers = curves[: self.max_trials], numbers[: self.max_trials]
+        done = optuna.trial.TrialState.COMPLETE
+        complete = (defaults, *(getattr(t, "_trial_id", None) for t in trials if t.state == done))
+        if self._complete is not None and self._complete[0] == complete and None not in complete:
+            curves, numbers = self._complete[1]
+        else:
+            curves, numbers = reference_curves(trials, defaults, self._memo)
+            self._complete = (complete, (curves, numbers))
+        n = scheduled_count(len(curves), self.min_trials, self.refit_growth, self.max_trials)
+        if self.min_trials <= n < len(curves):  # the first n to complete, kept in trial-number order
+            first = set(completion_order(trials, numbers)[:n])
+            kept = [(c, k) for c, k in zip(curves, numbers) if k in first]
+            curves, numbers = [c for c, _ in kept], [k for _, k in kept]
         if len(curves) < self.min_trials:
             why = (
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
@@ -424,7 +562,7 @@ class OnlineReference:
         kept, so no paired decision moves. Label ``online:N,...;M@R,...`` (fitted on N, ...; tested on M up to
         t̂ = R, ...)."""
         fitted = {int(n) for n in label.split(":", 1)[1].split(",")}
-        candidates, _ = _reaching([t for t in trials if t.number not in fitted], defaults, None)
+        candidates, _ = _reaching([t for t in trials if t.number not in fitted], defaults, None, self._memo)
         key = (label, tuple((number, reach) for number, reach, _ in candidates))
         with self._lock:
             if self._tested_fit is not None and self._tested_fit[0] == key:
@@ -446,7 +584,7 @@ class OnlineReference:
         would keep it where the loss ratio of equal-controls trials, which needs none, could judge it."""
         assert self._prior is not None
         prior, name = self._prior
-        candidates, unserved = _reaching(trials, defaults, prior)
+        candidates, unserved = _reaching(trials, defaults, prior, self._memo)
         if unserved is not None:
             return None, f"{why}; the prior {name!r} cannot predict {unserved}"
         key = tuple((number, reach) for number, reach, _ in candidates)
@@ -461,7 +599,7 @@ class OnlineReference:
 
     def __repr__(self) -> str:
         return (f"OnlineReference(min_trials={self.min_trials}, max_trials={self.max_trials}, "
-                f"prior={self.prior!r}, refit={self.refit!r})")
+                f"prior={self.prior!r}, refit={self.refit!r}, refit_growth={self.refit_growth:g})")
 
 
 def _fit_failed(key: tuple[int, ...], err: Exception) -> str:
@@ -498,7 +636,8 @@ def _stored_fit(study: optuna.study.Study) -> tuple[Surrogate, str] | None:
 
 
 def _reaching(
-    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, prior: Surrogate | None
+    trials: list[optuna.trial.FrozenTrial], defaults: TrialControls, prior: Surrogate | None,
+    memo: TrialMemo | None = None,
 ) -> tuple[list[tuple[int, float, Curve]], str | None]:
     """Trials whose curves can test the prior (``predictors.prior.reaching_curves``): (number, reach, curve),
     the furthest-reaching first; and which trial the prior cannot predict, with why (None when it can predict
@@ -510,7 +649,8 @@ def _reaching(
         if not values:
             continue
         try:
-            controls = defaults.merged(t.user_attrs, f"trial {t.number}")
+            controls = (defaults.merged(t.user_attrs, f"trial {t.number}") if memo is None
+                        else memo.controls(t, defaults))
         except InputError:
             continue
         kind = (controls.tau is None, controls.tpp is None)  # what a law can refuse
@@ -522,8 +662,11 @@ def _reaching(
                 served[kind] = str(err)
         if served.get(kind) is not None:
             return [], f"trial {t.number} ({served[kind]})"
-        skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
-        last = max((s for s in values if s != skip), default=None)
+        if memo is None:
+            skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
+            last = max((s for s in values if s != skip), default=None)
+        else:
+            last = memo.last_step(t, defaults)
         total = controls.total
         if len(values) < 3 or last is None or not total:
             continue
@@ -534,7 +677,7 @@ def _reaching(
     out: list[tuple[int, float, Curve]] = []
     for _, number, t in reach[:MAX_TESTED]:
         try:
-            c = trial_curve(t, defaults)
+            c = trial_curve(t, defaults) if memo is None else memo.curve(t, defaults)
         except InputError:
             continue
         if c is None:
@@ -612,7 +755,8 @@ def make_reference(spec: Any) -> Reference:
 
     Accepted: a reference object; a ``Surrogate``; a path (str or PathLike) to a surrogate JSON; ``"online"``;
     or a mapping with exactly one of ``surrogate: PATH``, ``study: NAME`` (with ``storage: URL`` and optional
-    ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``, ``prior``, ``refit``).
+    ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``, ``prior``, ``refit``,
+    ``refit_growth``).
     Raises InputError naming the field on anything else.
     """
     if isinstance(spec, SurrogateReference | StudyReference | OnlineReference):
@@ -634,7 +778,7 @@ def make_reference(spec: Any) -> Reference:
         allowed = {
             "surrogate": {"surrogate"},
             "study": {"study", "storage", "min_trials"},
-            "online": {"online", "min_trials", "max_trials", "prior", "refit"},
+            "online": {"online", "min_trials", "max_trials", "prior", "refit", "refit_growth"},
         }[kind]
         unknown = set(spec) - allowed
         if unknown:
@@ -651,7 +795,8 @@ def make_reference(spec: Any) -> Reference:
         if spec["online"] is not True:
             raise InputError(f"reference: field 'online' must be true, got {spec['online']!r}")
         return OnlineReference(min_trials=spec.get("min_trials", 3), max_trials=spec.get("max_trials"),
-                               prior=spec.get("prior", BUILTIN), refit=spec.get("refit", "background"))
+                               prior=spec.get("prior", BUILTIN), refit=spec.get("refit", "background"),
+                               refit_growth=spec.get("refit_growth"))
     raise InputError(
         f"reference: expected a surrogate JSON path, 'online', or a mapping, got {type(spec).__name__}"
     )

@@ -245,6 +245,11 @@ class PredictionCache:
     Used by the replay harness (hpo/replay.py), where the prediction of one trial from its first k
     reports against one surrogate recurs in every trial order; install it with ``caching(cache)``.
     Counts ``hits`` and ``misses``.
+
+    A miss still reuses the alignment (``_Aligned``) of a surrogate with the same ``shape_key``: an online
+    reference's fit, tested on the sweep's curves as they advance (hpo/reference.py), is a new surrogate
+    object whose bands widen whenever a tested curve moves on, but whose shape is the fit's; only the cheap
+    error-model step is redone (exact: the same arithmetic on the same alignment).
     """
 
     def __init__(self, max_surrogates: int = 8) -> None:
@@ -252,6 +257,19 @@ class PredictionCache:
         self.hits = 0
         self.misses = 0
         self._buckets: dict[int, tuple[Surrogate, dict[tuple[Any, ...], Prediction]]] = {}
+        self._shapes: dict[tuple[Any, ...], dict[tuple[Any, ...], Prediction | _Aligned]] = {}
+
+    def alignments(self, surrogate: Surrogate) -> dict[tuple[Any, ...], Prediction | _Aligned]:
+        """The alignments of surrogates with ``surrogate``'s shape (made most recent; the least recent shape
+        beyond ``max_surrogates`` is dropped)."""
+        key = shape_key(surrogate)
+        got = self._shapes.pop(key, None)
+        if got is None:
+            got = {}
+        self._shapes[key] = got
+        while len(self._shapes) > self.max_surrogates:
+            del self._shapes[next(iter(self._shapes))]
+        return got
 
     def bucket(self, surrogate: Surrogate) -> dict[tuple[Any, ...], Prediction]:
         """The entries of one surrogate (made most recent; the least recent bucket beyond
@@ -288,6 +306,52 @@ def caching(cache: PredictionCache | None) -> Iterator[PredictionCache | None]:
 
 
 def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:
+    aligned = _aligned_cached(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+    if isinstance(aligned, Prediction):
+        return aligned
+    return _finish(aligned, surrogate, tau, tpp, confidence, params)
+
+
+@dataclass(frozen=True)
+class _Aligned:
+    """What an alignment gives, before the error model: it depends on the surrogate's shape only
+    (``shape_key``), not on its error bands, paired errors or size trend."""
+
+    p: float
+    n: int
+    c: float
+    mae: float
+    resid: float
+    current: float
+    lowest: float
+
+
+def shape_key(surrogate: Surrogate) -> tuple[Any, ...]:
+    """Every field of ``surrogate`` that an alignment reads (ℓ̂'s constants and laws, the align loss and
+    window): two surrogates with equal keys align every curve alike (an online fit and the same fit tested on
+    the sweep's curves, which only widens its bands)."""
+    s = surrogate
+    return (s.b_c, s.b_e, s.q_c, s.q_e, s.eps1, s.eps2, s.m, s.tau_law, s.tpp_law, s.align, s.align_start)
+
+
+def _aligned_cached(
+    t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence
+) -> Prediction | _Aligned:
+    """``_align``, answered from the active cache's alignments of surrogates with the same ``shape_key``."""
+    cache = _ACTIVE_CACHE
+    key = _key(t_hat, loss, schedule, tau, tpp, min_fraction, confidence, None) if cache is not None else None
+    if key is None:
+        return _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+    memo = cache.alignments(surrogate)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+    return hit
+
+
+def _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence) -> Prediction | _Aligned:
+    """The alignment of the partial curve onto the surrogate's ℓ̂ (no error model yet), or the failed
+    Prediction that says why none can be made."""
     try:
         t = np.asarray(t_hat, dtype=float)
         y = np.asarray(loss, dtype=float)
@@ -335,9 +399,17 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
+    return _Aligned(p=p, n=n, c=c, mae=mae, resid=systematic_residual(tw, yw / c - shape, w),
+                    current=current_loss(tw, yw, w), lowest=float(np.min(y)))
+
+
+def _finish(
+    a: _Aligned, surrogate: Surrogate, tau: Any, tpp: Any, confidence: float, params: Any
+) -> Prediction:
+    """The Prediction from an alignment and the surrogate's error model (bands, size trend)."""
+    p, n, c, mae, resid = a.p, a.n, a.c, a.mae, a.resid
     band = surrogate.error_band(p)
-    resid = systematic_residual(tw, yw / c - shape, w)
-    fit = {"fit_residual": resid, "current_loss": current_loss(tw, yw, w), "lowest_loss": float(np.min(y)),
+    fit = {"fit_residual": resid, "current_loss": a.current, "lowest_loss": a.lowest,
            "high_at_current": bool(surrogate.info.get("shown_high_at_current")),
            "misfit": misfit_ratio(resid, band.fit_residual if band is not None else None)}
     # The point is the raw alignment divisor; the interval carries the error model's learned mean miss (bias),

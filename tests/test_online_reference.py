@@ -262,3 +262,45 @@ def test_the_priors_shown_interval_reaches_the_current_loss():
     fixed = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=prior, schedule=c.schedule, tau=c.tau,
                                tpp=c.tpp)
     assert not fixed.high_at_current and fixed.shown[1] == fixed.high  # a calibrated reference: unchanged
+
+
+def test_refits_follow_a_geometric_schedule_of_the_completed_count(monkeypatch):
+    """Issue 20 item 5: an online reference refits when the count of completed trials reaches 3, 4, 6, 9, 13,
+    19, 28, ... (``REFIT_GROWTH`` 1.5), on the trials that completed first (not the lowest-numbered), instead
+    of on every completion: 40 completions make 7 fits, not 38. Each fit's label names the first n trials to
+    complete; the trials completed since the last point are not fitted on."""
+    fits: list[tuple[str, ...]] = []
+
+    def counting_fit(curves):
+        fits.append(tuple(c.run for c in curves))
+        return TRUE_SURROGATE
+
+    monkeypatch.setattr(reference_module, "_fit", counting_fit)
+    study = optuna.create_study()
+    n = 40
+    trials = [study.ask() for _ in range(n)]
+    for trial in trials:
+        set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=TAU, tpp=TPP)
+        for i in range(1, REPORTS + 1):
+            trial.report(3.0 * (1 + 1 / i), step=TOTAL * i // REPORTS)
+    finish = list(range(n))[::-1]  # the last-numbered trial completes first
+    ref = OnlineReference(min_trials=3, prior="none", refit="inline")
+    labels = []
+    for k, number in enumerate(finish, start=1):
+        study.tell(trials[number], 3.0)
+        time.sleep(0.002)  # completion times are distinct (the storage's datetime_complete orders them)
+        surrogate, label = ref.get(study, reference_module.TrialControls())
+        assert (surrogate is None) == (k < 3)
+        labels.append(label)
+    points = [3, 4, 6, 9, 13, 19, 28]
+    assert reference_module.refit_points(3, 1.5, n) == points
+    assert len(fits) == len(points)  # one refit per completion would make 38
+    for fitted, p in zip(fits, points):
+        assert sorted(fitted) == sorted(f"trial{number}" for number in finish[:p])
+    assert labels[-1].split(";")[0] == "online:" + ",".join(str(k) for k in sorted(finish[:28]))
+    # A fresh reference (another worker, a restarted driver) agrees: the order is in the storage.
+    fits.clear()
+    fresh = OnlineReference(min_trials=3, prior="none", refit="inline")
+    again = fresh.get(study, reference_module.TrialControls())
+    assert again[1] == labels[-1]
+    assert len(fits) == 0  # the fit stored in the study is reused

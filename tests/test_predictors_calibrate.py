@@ -230,3 +230,40 @@ def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():
         warnings.simplefilter("ignore")
         want = np.nanmean(a, axis=1)
     assert np.isnan(got[1]) and np.array_equal(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", ["converged", "maxiter", "evaluation cap"])
+def test_the_bounded_nelder_mead_is_lmfits_to_the_bit(case):
+    """The refinement's Nelder–Mead (no lmfit in the loop) gives lmfit's answer exactly: the same bounds
+    transform, the same clipped start, the same scipy call: converged, stopped by maxiter, and stopped by
+    lmfit's evaluation cap (3 varied parameters: 8,000; zero tolerances never converge first), where lmfit
+    keeps the last point tried. A rounded or differently ordered transform would move the last bits."""
+    import math
+
+    import lmfit
+
+    from collapse_hpo.predictors.calibrate import _bounded_nelder_mead
+
+    bounds = {"a": (math.log(1e-5), math.log(1e3)), "b": (-4.0, 4.0), "c": (1e-3, 0.6), "d": (-3.0, 3.0)}
+    start = {"a": 0.3, "b": -1.7, "c": 0.05, "d": 9.0}  # d starts outside its bounds: clipped
+    vary = {"a": True, "b": True, "c": True, "d": False}
+
+    def objective(v):
+        a, b, c = v["a"], v["b"], v["c"]
+        return (a - 1.234) ** 2 + abs(b + 0.5) ** 1.5 + (c - 0.7) ** 2 + 0.1 * math.sin(5 * a)
+
+    options = {"converged": {"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000},
+               "maxiter": {"xatol": 1e-6, "fatol": 1e-9, "maxiter": 30},
+               "evaluation cap": {"xatol": 0.0, "fatol": 0.0, "maxiter": 10**6}}[case]
+    ours = _bounded_nelder_mead(objective, start, bounds, vary, options)
+    params = lmfit.Parameters()
+    for name, (lo, hi) in bounds.items():
+        params.add(name, value=start[name], min=lo, max=hi, vary=vary[name])
+    res = lmfit.minimize(lambda p: objective({n: p[n].value for n in bounds}), params, method="nelder",
+                         options=options)
+    theirs = {n: res.params[n].value for n in bounds}
+    assert res.aborted == (case == "evaluation cap")
+    assert ours == theirs  # exact, not approximate
+    assert ours["d"] == 3.0  # clipped
+    if case == "converged":
+        assert ours["c"] == pytest.approx(0.6, abs=1e-3)  # at its upper bound

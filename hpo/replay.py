@@ -26,8 +26,9 @@ Speed (``replay``): what does not depend on the trial order is computed once per
 orders (``ReplayCaches``: every final-loss prediction, keyed by its inputs, and every online reference fit,
 keyed by the curves fitted); ``jobs`` spreads the (pruner, order) replays over worker processes. Both are
 exact: the decisions are those of the plain path (tests/test_replay_cache.py). The online reference is
-refitted where the live pruner refits it (it is the live pruner): whenever the set of completed trials
-has changed at a judgement. Those sets differ from order to order, so its fits are rarely shared.
+refitted where the live pruner refits it (it is the live pruner): when the count of completed trials has
+reached the next point of its refit schedule (3, 4, 6, 9, 13, ...: hpo/reference.py ``REFIT_GROWTH``) at a
+judgement. The trials fitted differ from order to order, so its fits are rarely shared.
 """
 
 from __future__ import annotations

@@ -555,7 +555,7 @@ def qiu_chess_curves(root: Path, seed: int = 0) -> tuple[list[Curve], list[float
     return out, weights
 
 
-ONLINE_ORDERS = 5  # collapse-online refits on every completed trial: fewer orders (the first of the same)
+ONLINE_ORDERS = 5  # collapse-online refits as trials complete: fewer orders (the first of the same)
 
 
 def _replay_mixed(sweep, names: list[str], surrogate, orders: int, workers: int) -> list[Summary]:

@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=Path("results/shown_intervals"))
     ap.add_argument("--orders", type=int, default=5, help="trial orders per sweep for `collapse`")
     ap.add_argument("--online-orders", type=int, default=1,
-                    help="trial orders for `collapse-online` (it refits on every completed trial: slow)")
+                    help="trial orders for `collapse-online` (it refits as trials complete: slower)")
     ap.add_argument("--extdata", type=Path, default=EXTDATA.resolve())
     ap.add_argument("--out", type=Path, default=ART / "shown_intervals.md")
     ap.add_argument("--skip", action="append", default=[], choices=("choice", "replay", "external"))

@@ -164,7 +164,8 @@ class ReferenceSpec(_Strict):
       ``background`` (default: a judgement never waits for a fit, and which fit it uses depends on timing)
       or ``inline`` (the fit runs in the judgement that first sees the new set of completed trials: seconds
       of waiting, and every decision a function of the trials alone, e.g. a resumed one-worker sweep decides
-      exactly as the uninterrupted one).
+      exactly as the uninterrupted one). ``refit_growth`` (≥ 1, default 1.5): the refit schedule, a fit each
+      time the count of completed trials reaches 3, 4, 6, 9, 13, ... (1: on every completion).
     Same keys as `collapse_hpo.hpo.reference.make_reference`.
     """
 
@@ -176,6 +177,7 @@ class ReferenceSpec(_Strict):
     max_trials: int | None = Field(default=None, ge=2, le=MAX_TRIALS)
     prior: str | None = None
     refit: Literal["background", "inline"] | None = None
+    refit_growth: float | None = Field(default=None, ge=1.0, le=100.0)
 
     @model_validator(mode="after")
     def _one(self) -> ReferenceSpec:
@@ -195,6 +197,8 @@ class ReferenceSpec(_Strict):
             raise ValueError("'prior' belongs to an 'online: true' reference")
         if self.refit is not None and self.kind != "online":
             raise ValueError("'refit' belongs to an 'online: true' reference")
+        if self.refit_growth is not None and self.kind != "online":
+            raise ValueError("'refit_growth' belongs to an 'online: true' reference")
         if self.min_trials is not None and self.kind == "surrogate":
             raise ValueError("'min_trials' does not apply to a 'surrogate' reference")
         if self.max_trials is not None and self.min_trials is not None and self.max_trials < self.min_trials:
@@ -242,6 +246,8 @@ class ReferenceSpec(_Strict):
             d["prior"] = self.prior if named or p.is_absolute() else str(base_dir / p)
         if self.refit is not None:
             d["refit"] = self.refit
+        if self.refit_growth is not None:
+            d["refit_growth"] = self.refit_growth
         return d
 
 

@@ -73,6 +73,8 @@ BAD = {
                   "'background' or 'inline'"),
     "refit of a surrogate": (_with(pruner={"reference": {"surrogate": "s.json", "refit": "inline"}}),
                              "pruner.reference", "'refit' belongs to an 'online: true' reference"),
+    "refit growth below 1": (_with(pruner={"reference": {"online": True, "refit_growth": 0.5}}),
+                             "pruner.reference.refit_growth", "greater than or equal to 1"),
     "bad storage scheme": (_with(storage="redis://localhost"), "storage", "sqlite:///, postgresql://"),
     "heads do not divide width": (_with(model={"width": 15, "depth": 1, "heads": 2}), "model",
                                   "multiple of heads"),
@@ -259,3 +261,13 @@ def test_the_refit_mode_reaches_the_online_reference() -> None:
         ref = {"online": True} if written is None else {"online": True, "refit": written}
         pruner = build_pruner(parse_sweep(_with(pruner={"reference": ref})), prune=True)
         assert isinstance(pruner.reference, OnlineReference) and pruner.reference.refit == expected
+
+
+def test_the_refit_schedule_reaches_the_online_reference() -> None:
+    from collapse_hpo.hpo.reference import REFIT_GROWTH, OnlineReference
+    from collapse_hpo.hpo.trial import build_pruner
+
+    for written, expected in ((None, REFIT_GROWTH), (1, 1.0), (2.5, 2.5)):
+        ref = {"online": True} if written is None else {"online": True, "refit_growth": written}
+        pruner = build_pruner(parse_sweep(_with(pruner={"reference": ref})), prune=True)
+        assert isinstance(pruner.reference, OnlineReference) and pruner.reference.refit_growth == expected

@@ -365,7 +365,8 @@ def scheduled_count(n_completed: int, min_trials: int, growth: float, max_trials
 def completion_order(trials: list[optuna.trial.FrozenTrial], numbers: list[int]) -> list[int]:
     """``numbers`` (trial numbers) in the order their trials completed (``datetime_complete``; ties and trials
     without one after, by number). The same in every worker and after a restart: it is in the storage."""
-    done = {t.number: t.datetime_complete for t in trials if t.number in set(numbers)}
+    wanted = set(numbers)
+    done = {t.number: t.datetime_complete for t in trials if t.number in wanted}
 
     def key(n: int) -> tuple[bool, Any, int]:
         dt = done.get(n)

@@ -332,7 +332,7 @@ REFITS = ("background", "inline")
 #: n_0 = min_trials, n_(k+1) = max(n_k + 1, floor(REFIT_GROWTH · n_k)): 3, 4, 6, 9, 13, 19, 28, 42, 63, 94,
 #: 141, ... (``refit_points``). A fit costs seconds and grows with the curves it fits; one refit per completed
 #: trial made ``collapse-online``'s replay of 197 LoRA runs take ~60 CPU s per order (BENCHMARKS §16), almost
-#: all of it fits. With the schedule a sweep of n completed trials makes ~log(n)/log(1.5) fits, and the curves
+#: all of it fits. With the schedule n completed trials make ~1 + log(n/3)/log(1.5) fits, and the curves
 #: fitted sum to ~3n instead of ~n²/2. 1.5 was fixed before any measurement (each fit on 50% more curves
 #: than the last: early fits follow the first completions closely, later ones thin out); it was then checked,
 #: not tuned, against 1 (a refit per completion) on the development sweeps (§5's τ-held and λ-fixed, the
@@ -407,8 +407,8 @@ class OnlineReference:
     completed trial: when n clean curves of COMPLETE trials exist, it uses the first ``scheduled_count(n)``
     of them in completion order (``completion_order``: the storage's ``datetime_complete``, so every worker
     and a restarted driver agree), the last point of ``refit_points`` reached: 3, 4, 6, 9, 13, 19, 28, 42,
-    63, 94, 141, ... for ``min_trials`` 3. A sweep of n completed trials thus makes about ln(n)/ln(1.5) + 1
-    fits (10 for 100, 12 for 200), in live sweeps (fewer background fits, less CPU) and in replays alike.
+    63, 94, 141, ... for ``min_trials`` 3. A sweep of n completed trials thus makes about 1 + ln(n/3)/ln(1.5)
+    fits (10 for 100, 11 for 200), in live sweeps (fewer background fits, less CPU) and in replays alike.
     The trials that completed after the last point are not fitted on; they test the fit (below) instead.
 
     Refits and determinism. A refit (``fit_surrogate``: seconds) never runs inside ``get`` with

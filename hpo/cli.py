@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from collapse_hpo.hpo import storage_errors
-    from collapse_hpo.hpo.urls import mask_text
+    from collapse_hpo.hpo.sweep import storage_errors
+    from collapse_hpo.hpo.sweep.urls import mask_text
     from collapse_hpo.predictors.atomic import describe_os_error
     from collapse_hpo.predictors.errors import clip
 
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                     "deep); check the files given")
     except OverflowError as err:
         return fail(f"a number in the input is too large ({err}); check the values given")
-    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP in a sweep's driver (hpo/stop.py)
-        from collapse_hpo.hpo.stop import STOP
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP in a sweep's driver (hpo/sweep/stop.py)
+        from collapse_hpo.hpo.sweep.stop import STOP
 
         stopped = STOP.interrupted(err)
         print(f"collapse-hpo {args.command}: {stopped.message}", file=sys.stderr)

@@ -242,12 +242,12 @@ class PredictionCache:
     bytes, the schedule, τ, TPP, min_fraction, confidence, params). A surrogate must not be changed while
     the cache is in use. Entries are kept for the ``max_surrogates`` surrogates used most recently (an
     online reference fits a new one whenever the completed trials change; older fits are not asked again).
-    Used by the replay harness (hpo/replay.py), where the prediction of one trial from its first k
+    Used by the replay harness (hpo/replays/replay.py), where the prediction of one trial from its first k
     reports against one surrogate recurs in every trial order; install it with ``caching(cache)``.
     Counts ``hits`` and ``misses``.
 
     A miss still reuses the alignment (``_Aligned``) of a surrogate with the same ``shape_key``: an online
-    reference's fit, tested on the sweep's curves as they advance (hpo/reference.py), is a new surrogate
+    reference's fit, tested on the sweep's curves as they advance (hpo/rule/reference.py), is a new surrogate
     object whose bands widen whenever a tested curve moves on, but whose shape is the fit's; only the cheap
     error-model step is redone (exact: the same arithmetic on the same alignment).
     """

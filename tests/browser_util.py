@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo import dashboard
+from collapse_hpo.hpo.outputs import dashboard
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -92,10 +92,10 @@ def wait_until_training(driver: Any, storage_url: str, study_name: str, timeout:
 
 
 def lease_rows(storage_url: str) -> list[tuple[Any, ...]]:
-    """The rows (sweep, holder) of the storage's lease table (`collapse_hpo.hpo.lease`)."""
+    """The rows (sweep, holder) of the storage's lease table (`collapse_hpo.hpo.sweep.lease`)."""
     import sqlalchemy
 
-    from collapse_hpo.hpo.lease import TABLE
+    from collapse_hpo.hpo.sweep.lease import TABLE
 
     engine = sqlalchemy.create_engine(storage_url)
     try:

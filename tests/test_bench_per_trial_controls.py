@@ -15,8 +15,8 @@ sys.path.insert(0, str(BENCH))
 import per_trial_controls as ptc  # noqa: E402
 import pruning_rule  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.replay import Summary, random_orders, simulate  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import Summary, random_orders, simulate  # noqa: E402
 
 
 @pytest.mark.timeout(300)

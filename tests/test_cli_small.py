@@ -9,8 +9,8 @@ import pytest
 from sweep_util import tiny_sweep
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.runner import create_study, locate
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.runner import create_study, locate
 
 
 def _help(command: str, capsys: pytest.CaptureFixture[str]) -> str:

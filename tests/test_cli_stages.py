@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.record import DECISIONS_ATTR
+from collapse_hpo.hpo.rule.record import DECISIONS_ATTR
 from collapse_hpo.predictors.timescale import adamw_tau
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "studies" / "stages.yaml"
@@ -71,7 +71,7 @@ def test_resume_between_and_after_stages(tmp_path: Path, capsys: pytest.CaptureF
     path = tmp_path / "rs.yaml"
     path.write_text(yaml.safe_dump(doc))
     results = tmp_path / "res"
-    from collapse_hpo.hpo import stages
+    from collapse_hpo.hpo.sweep import stages
 
     def stop(*_args: object) -> None:  # the driver is stopped between the stages
         raise KeyboardInterrupt

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import load_sweep, parse_sweep
-from collapse_hpo.hpo.runner import plan_draws
-from collapse_hpo.hpo.space import TauHeldSpace, space_for_sweep, sweep_tau
+from collapse_hpo.hpo.sweep.config import load_sweep, parse_sweep
+from collapse_hpo.hpo.sweep.runner import plan_draws
+from collapse_hpo.hpo.sweep.space import TauHeldSpace, space_for_sweep, sweep_tau
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.timescale import adamw_tau, optimal_tau
 
@@ -107,8 +107,8 @@ def test_defaults_and_derived_quantities() -> None:
 
 def test_total_tokens_sweep_has_no_tpp() -> None:
     """A fine-tuning-style sweep gives total_tokens: its TPP is not defined, so τ is a number or not held."""
-    from collapse_hpo.hpo.space import sweep_total_tokens
-    from collapse_hpo.hpo.trial import train_config
+    from collapse_hpo.hpo.sweep.space import sweep_total_tokens
+    from collapse_hpo.hpo.sweep.trial import train_config
 
     no_tpp = {k: v for k, v in BASE.items() if k != "tpp"}
     for extra, tau in (({"tau": 0.2}, 0.2), ({"tau": None}, None),
@@ -246,7 +246,7 @@ def test_cli_bad_file_exits_2_with_one_line_and_writes_nothing(tmp_path: Path, c
 
 
 def test_pruner_comparison_reaches_the_pruner() -> None:
-    from collapse_hpo.hpo.trial import build_pruner
+    from collapse_hpo.hpo.sweep.trial import build_pruner
 
     assert parse_sweep(BASE).pruner.comparison == "paired"
     sweep = parse_sweep(_with(pruner={"comparison": "interval", "reference": {"online": True}}))
@@ -254,8 +254,8 @@ def test_pruner_comparison_reaches_the_pruner() -> None:
 
 
 def test_the_refit_mode_reaches_the_online_reference() -> None:
-    from collapse_hpo.hpo.reference import OnlineReference
-    from collapse_hpo.hpo.trial import build_pruner
+    from collapse_hpo.hpo.rule.reference import OnlineReference
+    from collapse_hpo.hpo.sweep.trial import build_pruner
 
     for written, expected in ((None, "background"), ("inline", "inline"), ("background", "background")):
         ref = {"online": True} if written is None else {"online": True, "refit": written}
@@ -264,8 +264,8 @@ def test_the_refit_mode_reaches_the_online_reference() -> None:
 
 
 def test_the_refit_schedule_reaches_the_online_reference() -> None:
-    from collapse_hpo.hpo.reference import REFIT_GROWTH, OnlineReference
-    from collapse_hpo.hpo.trial import build_pruner
+    from collapse_hpo.hpo.rule.reference import REFIT_GROWTH, OnlineReference
+    from collapse_hpo.hpo.sweep.trial import build_pruner
 
     for written, expected in ((None, REFIT_GROWTH), (1, 1.0), (2.5, 2.5)):
         ref = {"online": True} if written is None else {"online": True, "refit_growth": written}

@@ -16,9 +16,9 @@ import optuna
 import pytest
 from browser_util import chromium, need_chromium, served
 
-from collapse_hpo.hpo import dashboard
 from collapse_hpo.hpo.cli import main
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.outputs import dashboard
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 

@@ -1,4 +1,5 @@
-"""The dashboard's study page (hpo/dashboard_page.py): the collapse figure first and at full width, its legend
+"""The dashboard's study page (hpo/outputs/dashboard_page.py): the collapse figure first and at full width,
+its legend
 outside the data, and the reference surrogate as a one-line summary instead of its raw JSON (issue 21).
 
 A real 20-trial study (plain Optuna objective, the CollapsePruner, trials at three τ: a legend of 23
@@ -19,10 +20,10 @@ import optuna
 import pytest
 from browser_util import chromium, need_chromium, served, trial_pixels
 
-from collapse_hpo.hpo import dashboard
-from collapse_hpo.hpo.dashboard_page import PAGE_STYLE, PLOT_ELEMENT, page_app, reference_summary
-from collapse_hpo.hpo.pruner import CollapsePruner
-from collapse_hpo.hpo.record import USED_REFERENCE_ATTR, set_trial_controls
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+from collapse_hpo.hpo.outputs import dashboard
+from collapse_hpo.hpo.outputs.dashboard_page import PAGE_STYLE, PLOT_ELEMENT, page_app, reference_summary
+from collapse_hpo.hpo.rule.record import USED_REFERENCE_ATTR, set_trial_controls
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 

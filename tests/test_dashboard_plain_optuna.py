@@ -19,9 +19,9 @@ import optuna
 import pytest
 from browser_util import chromium, need_chromium, served, trial_pixels
 
-from collapse_hpo.hpo import dashboard
-from collapse_hpo.hpo.pruner import CollapsePruner
-from collapse_hpo.hpo.record import CONTROL_ATTRS, TrialControls, trial_curve
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+from collapse_hpo.hpo.outputs import dashboard
+from collapse_hpo.hpo.rule.record import CONTROL_ATTRS, TrialControls, trial_curve
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
@@ -162,8 +162,8 @@ class _TuneTrial:
 
 
 def test_ray_mirror_keeps_constant_config_keys_out_of_the_params(tmp_path):
-    from collapse_hpo.hpo.decision import PruneSettings
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.rule.decision import PruneSettings
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     s = CollapseScheduler(reference=SURROGATE, tau=TAU, tpp=TPP, state_path=tmp_path / "state.json",
@@ -186,7 +186,7 @@ def test_report_shows_pruned_curves_above_the_old_range(tmp_path, monkeypatch):
     import matplotlib
     import matplotlib.figure
 
-    from collapse_hpo.hpo import report
+    from collapse_hpo.hpo.outputs import report
 
     matplotlib.use("Agg")
     study = optuna.create_study()
@@ -228,7 +228,8 @@ def test_screenshot_shows_the_collapse_figure_of_a_plain_optuna_study(plain, tmp
         chromium(["--virtual-time-budget=20000", "--window-size=1400,2400", f"--screenshot={shot}", page],
                  str(tmp_path / "p2"))
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        # left of x = 480 at 1400 px: the collapse figure's curves (first on the page, hpo/dashboard_page.py);
+        # left of x = 480 at 1400 px: the collapse figure's curves (first on the page,
+        # hpo/outputs/dashboard_page.py);
         # the other plots use plotly's own palette, not the figure's colours. An empty figure leaves none.
         pixels = trial_pixels(shot, (0, 0, 480, 2400))
         assert pixels >= 200, pixels  # the curves are drawn, not an empty frame

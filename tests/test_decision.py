@@ -1,4 +1,4 @@
-"""The shared decision rule (hpo/decision.py) on exact collapse curves with a known surrogate."""
+"""The shared decision rule (hpo/rule/decision.py) on exact collapse curves with a known surrogate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo.decision import (
+from collapse_hpo.hpo.rule.decision import (
     DEFAULT_MARGIN,
     Competitor,
     Decision,
@@ -263,7 +263,7 @@ def test_the_margin_is_capped_at_twice_the_references_paired_error():
     # MARGIN_CAP_RUNS runs (an early online fit) the setting's margin stands.
     from dataclasses import replace
 
-    from collapse_hpo.hpo.decision import MARGIN_CAP_RUNS, sweep_margin
+    from collapse_hpo.hpo.rule.decision import MARGIN_CAP_RUNS, sweep_margin
 
     t, y = distorted(3.09, 0.3)
     assert sweep_margin(PruneSettings(), PAIRED) == pytest.approx(0.01)
@@ -295,7 +295,7 @@ def test_other_controls_are_compared_by_loss_ratio_within_the_references_winners
     # the margin, not by the predictions with the ≈8.7% learned paired margin.
     from dataclasses import replace
 
-    from collapse_hpo.hpo.decision import LEAD_MIN_RUNS, MARGIN_CAP, lead_margin, paired_margin
+    from collapse_hpo.hpo.rule.decision import LEAD_MIN_RUNS, MARGIN_CAP, lead_margin, paired_margin
 
     wide = ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.05, max_abs=0.15)
     lead = ErrorBand(fraction=0.1, n=30, bias=0.0, scale=0.005, max_abs=0.005)
@@ -372,7 +372,7 @@ def test_paired_keep_top_k_needs_k_rivals_that_beat_the_run():
 def test_paired_predictions_are_memoized_per_surrogate_and_schedule_object():
     from dataclasses import replace as copy_with
 
-    from collapse_hpo.hpo import decision
+    from collapse_hpo.hpo.rule import decision
 
     decision._PAIRED_PREDICTIONS.clear()
     t, y = distorted(3.09, 0.3)
@@ -390,7 +390,7 @@ def test_paired_predictions_are_memoized_per_surrogate_and_schedule_object():
 
 def test_loss_log_ratio_matches_its_definition_with_and_without_given_logs():
     """The window slice (t sorted) and the given logs give the definition's mean log-ratio, edge cases too."""
-    from collapse_hpo.hpo.decision import loss_log_ratio
+    from collapse_hpo.hpo.rule.decision import loss_log_ratio
 
     def by_definition(t, y, ct, cy, f, a):
         lo = max(a * f, ct[0], t[0])
@@ -444,7 +444,7 @@ def test_first_judgements_compare_other_controls_by_the_early_loss_ratio_and_lat
     # Controls differ (cosine vs linear, τ 0.3 vs 0.1), no surrogate. During the trial's first judgements
     # (t̂ ≤ EARLY_JUDGEMENT × min_fraction) a competitor 10% ahead at the common fraction cuts it; later only
     # the surrogate's paired predictions could compare them, and without one the trial is kept.
-    from collapse_hpo.hpo.decision import EARLY_JUDGEMENT
+    from collapse_hpo.hpo.rule.decision import EARLY_JUDGEMENT
 
     t = np.linspace(0.05, 1.0, 20)
     comp = Competitor.from_reports(t, 3.0 * (1 + 1 / (t * 10)), schedule=Schedule(kind="cosine"), tau=0.3,

@@ -16,7 +16,7 @@ sys.path.insert(0, str(BENCH))
 import evidence  # noqa: E402
 from evidence_train import plan  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
 from collapse_hpo.predictors.curves import read_curves_csv  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""`collapse-hpo replay --frontier` (hpo/frontier.py): each family's knobs swept, frontiers marked
+"""`collapse-hpo replay --frontier` (hpo/replays/frontier.py): each family's knobs swept, frontiers marked
 (issue 20)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 from test_replay import parallel_sweep  # tests/ is on sys.path (rootdir conftest)
 
-from collapse_hpo.hpo import peers
 from collapse_hpo.hpo.cli import main
-from collapse_hpo.hpo.frontier import FrontierPoint, coverage, mark_frontiers, pareto, settings
-from collapse_hpo.hpo.replay import make_sweep, replay
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.frontier import FrontierPoint, coverage, mark_frontiers, pareto, settings
+from collapse_hpo.hpo.replays.replay import make_sweep, replay
 from collapse_hpo.predictors.curves import write_curves_csv
 from collapse_hpo.predictors.surrogate import ErrorBand
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE

@@ -81,7 +81,7 @@ def installed(tmp_path_factory):
 
 def test_the_core_install_has_no_extra_and_no_repository_on_its_path(installed):
     bin_dir, work = installed
-    probe = ("import importlib.util, json, collapse_hpo.hpo.pruner as p; "
+    probe = ("import importlib.util, json, collapse_hpo.hpo.optuna_side.pruner as p; "
              "from collapse_hpo.predictors.prior import BUILTIN, load_prior; "
              "load_prior(BUILTIN)  # the online reference's prior: a data file of the wheel\n"
              f"print(json.dumps([p.__file__, [m for m in {HEAVY!r} if importlib.util.find_spec(m)]]))")
@@ -192,7 +192,8 @@ def test_core_commands_work_and_extra_commands_name_their_extra(installed):
 
 def test_core_import_paths_load_no_heavy_module():
     """In the dev venv, where every extra is installed: the pruner and the CLI's help import none of them."""
-    probe = ("import sys; import collapse_hpo.hpo.pruner; from collapse_hpo.hpo.cli import build_parser; "
+    probe = ("import sys; import collapse_hpo.hpo.optuna_side.pruner; "
+             "from collapse_hpo.hpo.cli import build_parser; "
              "build_parser().format_help(); "
              f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

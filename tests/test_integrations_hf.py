@@ -30,8 +30,8 @@ from collapse_hpo.hpo.integrations.huggingface import (  # noqa: E402
     controls_from_args,
     non_embedding_params,
 )
-from collapse_hpo.hpo.pruner import CollapsePruner  # noqa: E402
-from collapse_hpo.hpo.record import ALARM_ATTR  # noqa: E402
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner  # noqa: E402
+from collapse_hpo.hpo.rule.record import ALARM_ATTR  # noqa: E402
 from collapse_hpo.predictors.errors import InputError  # noqa: E402
 from collapse_hpo.predictors.schedules import Schedule  # noqa: E402
 from collapse_hpo.predictors.timescale import step_tau  # noqa: E402

@@ -19,7 +19,7 @@ from torch_util import one_torch_thread  # noqa: E402
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning  # noqa: E402
 from collapse_hpo.hpo.integrations.lightning import CollapseLightningCallback  # noqa: E402
-from collapse_hpo.hpo.record import ALARM_ATTR  # noqa: E402
+from collapse_hpo.hpo.rule.record import ALARM_ATTR  # noqa: E402
 from collapse_hpo.predictors.timescale import step_tau  # noqa: E402
 
 HEADING = "### PyTorch Lightning: `CollapseLightningCallback`"

@@ -19,7 +19,7 @@ from readme_util import run_readme_block
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning, DeviationAlarm
 from collapse_hpo.hpo.integrations.loop import TrainingWatch, sampled_schedule
-from collapse_hpo.hpo.record import ALARM_ATTR, NOTES_ATTR, TPP_NOTE
+from collapse_hpo.hpo.rule.record import ALARM_ATTR, NOTES_ATTR, TPP_NOTE
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.residuals import AlarmRule
 from collapse_hpo.predictors.schedules import Schedule

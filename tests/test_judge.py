@@ -1,4 +1,4 @@
-"""The judge (hpo/judge.py): one place around `decide`, the same decisions through both adapters.
+"""The judge (hpo/rule/judge.py): one place around `decide`, the same decisions through both adapters.
 
 The equivalence test feeds the same real training curves (studies/bench/artifacts, a τ-held LR sweep) to the
 Optuna ``CollapsePruner`` and to the Ray ``CollapseScheduler`` (driven through its Tune callbacks, with an
@@ -17,11 +17,11 @@ import optuna
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from collapse_hpo.hpo.decision import PruneSettings, decide
-from collapse_hpo.hpo.judge import Judge, TrialView, clean_reports
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.record import DECISIONS_ATTR, DecisionEntry, TrialControls
-from collapse_hpo.hpo.scheduler import CollapseScheduler
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+from collapse_hpo.hpo.rule.decision import PruneSettings, decide
+from collapse_hpo.hpo.rule.judge import Judge, TrialView, clean_reports
+from collapse_hpo.hpo.rule.record import DECISIONS_ATTR, DecisionEntry, TrialControls
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import read_curves_csv
 from collapse_hpo.predictors.errors import InputError
@@ -195,7 +195,7 @@ def test_bad_judge_every_is_refused_by_both_adapters(sweep):
 def test_the_report_summary_equals_cleaning_the_whole_curve():
     """``ReportSummary`` (one report at a time, O(1) each) gives what ``clean_reports`` gives for the whole
     curve: the fraction, divergence and the notes, for curves with invalid, repeated and past-the-end t̂."""
-    from collapse_hpo.hpo.judge import ReportSummary
+    from collapse_hpo.hpo.rule.judge import ReportSummary
 
     rng = np.random.default_rng(3)
     for case in range(300):

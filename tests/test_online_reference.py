@@ -13,14 +13,14 @@ import numpy as np
 import optuna
 import pytest
 
-from collapse_hpo.hpo import reference as reference_module
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.peers import OptunaAdapter
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
-from collapse_hpo.hpo.record import read_log
-from collapse_hpo.hpo.reference import OnlineReference
-from collapse_hpo.hpo.replay import make_sweep, simulate
-from collapse_hpo.hpo.trial import build_pruner
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.replays.peers import OptunaAdapter
+from collapse_hpo.hpo.replays.replay import make_sweep, simulate
+from collapse_hpo.hpo.rule import reference as reference_module
+from collapse_hpo.hpo.rule.record import read_log
+from collapse_hpo.hpo.rule.reference import OnlineReference
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.trial import build_pruner
 from collapse_hpo.predictors.curves import read_curves_csv
 from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
@@ -206,7 +206,7 @@ class _TuneTrial:
 def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, db_dir):
     """The Ray scheduler's on_trial_result, with its Optuna mirror and an online reference: a slow fit runs
     beside the event loop, never inside a callback."""
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     real_fit = reference_module._fit
     started = threading.Event()
@@ -244,8 +244,8 @@ def test_the_priors_shown_interval_reaches_the_current_loss():
     """A run that stalls (the quickstart's LR 0.1–0.18 trials, pruned at t̂ 0.11) follows the prior's early
     shape: the learned interval lay 10–30% below its true final loss. Shown, the prior's interval reaches up
     to the loss the run has now; the rule keeps the learned one."""
-    from collapse_hpo.hpo.decision import Decision
-    from collapse_hpo.hpo.record import DecisionEntry
+    from collapse_hpo.hpo.rule.decision import Decision
+    from collapse_hpo.hpo.rule.record import DecisionEntry
 
     prior, _ = load_prior("builtin")
     surrogate = prior_for_sweep(prior, []).surrogate

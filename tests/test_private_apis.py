@@ -2,13 +2,17 @@
 
 Each use has a comment at its call site saying why no public API serves:
 
-- hpo/pruner.py ``_storage_of``: ``Study._storage`` and ``FrozenTrial._trial_id`` (a pruner must write its
+- hpo/optuna_side/pruner.py ``_storage_of``: ``Study._storage`` and ``FrozenTrial._trial_id`` (a pruner must
+write its
   decision to the trial; Optuna gives a pruner only ``(study, FrozenTrial)`` and does not persist pruners);
-- hpo/scheduler.py ``_storage`` and ``_trial_id``: the same, for the Optuna mirror of Tune trials;
-- hpo/scheduler.py ``_default_state_paths``: Tune's ``Trial.storage`` (``StorageContext``) paths;
-- hpo/runner.py ``_heartbeat_ages``: ``optuna.storages._rdb.models`` (heartbeat ages, trials never beating);
-  hpo/runner.py also reads ``Study._storage`` and ``Study._study_id`` (its searcher writes to trials by id);
-- hpo/dashboard.py ``publish``: ``FrozenTrial._trial_id`` (optuna-dashboard's ``save_note`` takes a Trial).
+- hpo/ray_side/scheduler.py ``_storage`` and ``_trial_id``: the same, for the Optuna mirror of Tune trials;
+- hpo/ray_side/scheduler.py ``_default_state_paths``: Tune's ``Trial.storage`` (``StorageContext``) paths;
+- hpo/sweep/runner.py ``_heartbeat_ages``: ``optuna.storages._rdb.models`` (heartbeat ages, trials never
+beating);
+  hpo/sweep/runner.py also reads ``Study._storage`` and ``Study._study_id`` (its searcher writes to trials by
+  id);
+- hpo/outputs/dashboard.py ``publish``: ``FrozenTrial._trial_id`` (optuna-dashboard's ``save_note`` takes a
+Trial).
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import inspect
 import optuna
 import pytest
 
-from collapse_hpo.hpo.pruner import CollapsePruner, _storage_of
-from collapse_hpo.hpo.record import DECISIONS_ATTR
-from collapse_hpo.hpo.scheduler import _storage, _trial_id
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, _storage_of
+from collapse_hpo.hpo.ray_side.scheduler import _storage, _trial_id
+from collapse_hpo.hpo.rule.record import DECISIONS_ATTR
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 
 
@@ -45,7 +49,7 @@ def test_the_pruner_writes_its_log_through_those_apis():
 
 
 def test_rdb_heartbeat_models_still_give_heartbeat_ages(tmp_path):
-    from collapse_hpo.hpo.runner import _heartbeat_ages
+    from collapse_hpo.hpo.sweep.runner import _heartbeat_ages
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hb.db'}", heartbeat_interval=60)
     study = optuna.create_study(storage=storage, study_name="hb")

@@ -18,7 +18,7 @@ import numpy as np
 import optuna
 import pytest
 
-from collapse_hpo.hpo.pruner import CollapsePruner
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import optuna
 
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 

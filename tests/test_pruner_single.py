@@ -10,16 +10,16 @@ import numpy as np
 import optuna
 import pytest
 
-from collapse_hpo.hpo.decision import PruneSettings, decide
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.record import (
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.rule.decision import PruneSettings, decide
+from collapse_hpo.hpo.rule.record import (
     DECISIONS_ATTR,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
     TrialControls,
     trial_points,
 )
-from collapse_hpo.hpo.reference import (
+from collapse_hpo.hpo.rule.reference import (
     REFIT_GROWTH,
     OnlineReference,
     StudyReference,

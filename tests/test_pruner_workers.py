@@ -26,10 +26,10 @@ import numpy as np
 import optuna
 import pytest
 
-from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls, trial_decisions
-from collapse_hpo.hpo.record import DECISIONS_ATTR, TrialControls, trial_curve, trial_points
-from collapse_hpo.hpo.reference import fit_surrogate, reference_curves
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.rule.decision import Competitor, PruneSettings, decide
+from collapse_hpo.hpo.rule.record import DECISIONS_ATTR, TrialControls, trial_curve, trial_points
+from collapse_hpo.hpo.rule.reference import fit_surrogate, reference_curves
 from collapse_hpo.predictors.prior import load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate

@@ -26,7 +26,7 @@ import pytest
 from ray_cluster_util import LocalRayCluster
 from sweep_util import tiny_sweep
 
-from collapse_hpo.hpo.trial import RAY_NODE_ATTR, storage_url
+from collapse_hpo.hpo.sweep.trial import RAY_NODE_ATTR, storage_url
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 # A trial takes 1-3 s once Ray's actors are warm (the first one on each node 10-20 s), and the nodes start

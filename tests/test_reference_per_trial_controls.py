@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
-from collapse_hpo.hpo.reference import MAX_ONLINE_FOLDS, fit_surrogate, online_folds
+from collapse_hpo.hpo.rule.decision import Competitor, PruneSettings, decide
+from collapse_hpo.hpo.rule.reference import MAX_ONLINE_FOLDS, fit_surrogate, online_folds
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.synthetic import synthetic_curves
 

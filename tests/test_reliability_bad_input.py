@@ -70,7 +70,7 @@ def _postgres_or_skip() -> None:
 
 
 def _pg_study_names() -> set[str]:
-    from collapse_hpo.hpo.trial import storage_url
+    from collapse_hpo.hpo.sweep.trial import storage_url
 
     storage = optuna.storages.RDBStorage(storage_url(POSTGRES))
     try:

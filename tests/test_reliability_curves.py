@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.replay import make_sweep, simulate
+from collapse_hpo.hpo.replays.replay import make_sweep, simulate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv, write_curves_csv
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves
@@ -84,7 +84,7 @@ def test_a_diverged_run_is_never_dropped(kind: str, tmp_path: Path, surrogate: P
     assert code == 2 and len(err) == 1 and "diverged" in err[0] and not out_json.exists()
     # replay: the trial is stopped at its divergence (pruned), whatever the pruner.
     sweep = make_sweep(read_curves_csv(p))
-    from collapse_hpo.hpo.peers import factory
+    from collapse_hpo.hpo.replays.peers import factory
 
     result = simulate(sweep, factory("none")(), order=list(range(4)), workers=2)
     assert bool(result.pruned[0]) and not result.pruned[1:].any()

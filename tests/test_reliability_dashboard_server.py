@@ -19,7 +19,7 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo.cli import main
-from collapse_hpo.hpo.dashboard_server import is_loopback
+from collapse_hpo.hpo.outputs.dashboard_server import is_loopback
 
 
 @pytest.fixture

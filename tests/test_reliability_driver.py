@@ -30,10 +30,10 @@ import sqlalchemy
 from sweep_util import tiny_sweep
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.lease import TABLE, SweepLease
-from collapse_hpo.hpo.runner import SWEEP_ATTR, create_study, locate
-from collapse_hpo.hpo.trial import run_trial, trial_config
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.lease import TABLE, SweepLease
+from collapse_hpo.hpo.sweep.runner import SWEEP_ATTR, create_study, locate
+from collapse_hpo.hpo.sweep.trial import run_trial, trial_config
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 

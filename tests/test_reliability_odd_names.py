@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import parse_sweep
-from collapse_hpo.hpo.runner import create_study, locate
-from collapse_hpo.hpo.urls import sqlite_file, sqlite_url
+from collapse_hpo.hpo.sweep.config import parse_sweep
+from collapse_hpo.hpo.sweep.runner import create_study, locate
+from collapse_hpo.hpo.sweep.urls import sqlite_file, sqlite_url
 from collapse_hpo.predictors.curves import read_curves_csv, write_curves_csv
 from collapse_hpo.predictors.spreadsheet import FORMULA_PREFIXES
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves

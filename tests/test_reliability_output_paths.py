@@ -101,8 +101,8 @@ def test_a_link_to_proc_self_fd_1_is_refused(command: str, tmp_path: Path, files
 def test_report_checks_all_its_files_before_writing_any(tmp_path: Path, capsys: Any) -> None:
     import yaml
 
-    from collapse_hpo.hpo.config import parse_sweep
-    from collapse_hpo.hpo.runner import create_study, locate
+    from collapse_hpo.hpo.sweep.config import parse_sweep
+    from collapse_hpo.hpo.sweep.runner import create_study, locate
 
     results = tmp_path / "results"
     doc = {"name": "rp", "model": {"width": 16, "depth": 1, "heads": 2, "context": 64}, "tpp": 10,

@@ -20,7 +20,8 @@ import pytest
 import sqlalchemy
 import yaml
 
-from collapse_hpo.hpo import cli, preflight
+from collapse_hpo.hpo import cli
+from collapse_hpo.hpo.sweep import preflight
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -76,8 +76,8 @@ def _fit(tmp_path: Path, kinds: list[str]):
     import ray
     from ray import tune
 
-    from collapse_hpo.hpo.decision import PruneSettings
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.rule.decision import PruneSettings
 
     scheduler = CollapseScheduler(reference=SURROGATE, metric="loss", time_attr="t_hat", schedule=SCHEDULE,
                                   tau=TAU, tpp=TPP, settings=PruneSettings(min_fraction=0.2))
@@ -97,7 +97,7 @@ def _state_trials(experiment: Path) -> dict[str, dict]:
     """The scheduler's records in an experiment directory (snapshot and journal), as dicts."""
     from dataclasses import asdict
 
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     return {tid: asdict(rec) for tid, rec in CollapseScheduler.load_state(experiment).items()}
 

@@ -24,7 +24,7 @@ import optuna
 import pytest
 from sweep_util import frozen, read_trials, tiny_sweep
 
-from collapse_hpo.hpo.pruner import trial_decisions
+from collapse_hpo.hpo.optuna_side.pruner import trial_decisions
 
 CLI = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
 TRIALS = 7  # enough trials that one is still running once 3 have finished

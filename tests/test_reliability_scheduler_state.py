@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from collapse_hpo.hpo.scheduler import CollapseScheduler
-from collapse_hpo.hpo.scheduler_state import (
+from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+from collapse_hpo.hpo.ray_side.scheduler_state import (
     STATE_FILE,
     SchedulerState,
     TrialRecord,

@@ -14,9 +14,9 @@ import torch
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import parse_sweep
-from collapse_hpo.hpo.runner import SWEEP_ATTR, create_study, locate, masked_sweep, shippable_sweep
-from collapse_hpo.hpo.urls import STORAGE_ENV, mask_text, resolve_url
+from collapse_hpo.hpo.sweep.config import parse_sweep
+from collapse_hpo.hpo.sweep.runner import SWEEP_ATTR, create_study, locate, masked_sweep, shippable_sweep
+from collapse_hpo.hpo.sweep.urls import STORAGE_ENV, mask_text, resolve_url
 from collapse_hpo.predictors.atomic import atomic_write, clean_stale_tmp
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import write_curves_csv

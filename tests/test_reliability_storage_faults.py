@@ -26,10 +26,11 @@ import pytest
 import sqlalchemy
 from sweep_util import lease_rows, read_trials, tiny_sweep, wait_until_training
 
-from collapse_hpo.hpo import cli, storage_errors
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.runner import create_study, locate
-from collapse_hpo.hpo.trial import run_trial, trial_config
+from collapse_hpo.hpo import cli
+from collapse_hpo.hpo.sweep import storage_errors
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.runner import create_study, locate
+from collapse_hpo.hpo.sweep.trial import run_trial, trial_config
 
 
 def _cli(argv: list[str], capsys: Any) -> tuple[int, list[str]]:

@@ -16,10 +16,10 @@ import optuna
 import pytest
 from sweep_util import tiny_sweep
 
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.pruner import trial_decisions
-from collapse_hpo.hpo.runner import create_study, locate
-from collapse_hpo.hpo.trial import run_trial, trial_config
+from collapse_hpo.hpo.optuna_side.pruner import trial_decisions
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.runner import create_study, locate
+from collapse_hpo.hpo.sweep.trial import run_trial, trial_config
 
 NAN_DRAW, NAN_FROM = 0, 0.3  # the first draw trains normally until t̂ = 0.3, then its loss is NaN
 

@@ -13,9 +13,9 @@ import yaml
 from sweep_util import tiny_sweep
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import parse_sweep
-from collapse_hpo.hpo.runner import shippable_sweep
-from collapse_hpo.hpo.urls import SECRET_ENV_PREFIX, has_password, hide_url, mask_text, resolve_url
+from collapse_hpo.hpo.sweep.config import parse_sweep
+from collapse_hpo.hpo.sweep.runner import shippable_sweep
+from collapse_hpo.hpo.sweep.urls import SECRET_ENV_PREFIX, has_password, hide_url, mask_text, resolve_url
 
 
 def _secret() -> str:
@@ -81,7 +81,7 @@ def test_a_literal_query_password_in_the_file_is_masked_in_every_message(tmp_pat
 def test_a_failed_trial_stores_its_error_with_the_secret_masked(tmp_path: Path) -> None:
     import optuna
 
-    from collapse_hpo.hpo.trial import _record_failure
+    from collapse_hpo.hpo.sweep.trial import _record_failure
 
     secret = _secret()
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import MAX_SWEEP_BYTES, MAX_YAML_NODES, load_sweep
+from collapse_hpo.hpo.sweep.config import MAX_SWEEP_BYTES, MAX_YAML_NODES, load_sweep
 from collapse_hpo.predictors.errors import MESSAGE_CHARS
 
 HEAD = ("name: t\nmodel: {width: 16, depth: 1, heads: 2, context: 64}\ntpp: 20\nfixed: {batch_tokens: 512}\n"

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo import peers
 from collapse_hpo.hpo.cli import main
-from collapse_hpo.hpo.replay import (
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.replay import (
     Sweep,
     format_table,
     make_sweep,

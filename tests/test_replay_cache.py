@@ -8,8 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo import decision, judge, peers, pruner, record, reference
-from collapse_hpo.hpo.replay import ReplayCaches, make_sweep, random_orders, replay, simulate
+from collapse_hpo.hpo.optuna_side import pruner
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.replay import ReplayCaches, make_sweep, random_orders, replay, simulate
+from collapse_hpo.hpo.rule import decision, judge, record, reference
 from collapse_hpo.predictors import predict
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.schedules import Schedule
@@ -203,8 +205,8 @@ def test_memoized_median_stopping_decides_like_rays_rule(name):
 
 
 def test_cli_replay_shows_progress_and_takes_jobs(tmp_path, capsys, monkeypatch):
-    from collapse_hpo.hpo import replay as replay_module
     from collapse_hpo.hpo.cli import main
+    from collapse_hpo.hpo.replays import replay as replay_module
     from collapse_hpo.predictors.curves import write_curves_csv
 
     path = tmp_path / "sweep.csv"

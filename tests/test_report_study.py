@@ -15,9 +15,9 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.pruner import CollapsePruner
-from collapse_hpo.hpo.record import set_trial_controls
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+from collapse_hpo.hpo.rule.decision import PruneSettings
+from collapse_hpo.hpo.rule.record import set_trial_controls
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 
@@ -120,7 +120,7 @@ class _TuneTrial:
 
 
 def test_report_of_a_ray_tune_mirror(tmp_path, monkeypatch, capsys):
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     total = 1_000_000

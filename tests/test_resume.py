@@ -102,9 +102,9 @@ def test_resume_after_driver_sigkill(tmp_path: Path) -> None:
 
 def _uninterrupted(path: Path) -> dict[int, optuna.trial.FrozenTrial]:
     """Run every planned trial of the sweep file to the end with `run_trial` (the Ray trainable's body)."""
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.runner import create_study, locate
-    from collapse_hpo.hpo.trial import run_trial, trial_config
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.runner import create_study, locate
+    from collapse_hpo.hpo.sweep.trial import run_trial, trial_config
 
     sweep = load_sweep(path)
     loc = locate(sweep)

@@ -24,7 +24,7 @@ import optuna
 import pytest
 from sweep_util import frozen, read_trials, tiny_sweep
 
-from collapse_hpo.hpo.runner import plan_key, plan_order_study
+from collapse_hpo.hpo.sweep.runner import plan_key, plan_order_study
 
 CLI = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
 DRAWS = 6

@@ -20,8 +20,8 @@ sys.path.insert(0, str(BENCH))
 
 import per_trial_controls as ptc  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.replay import replay  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import replay  # noqa: E402
 
 ORDERS = 4  # the same orders for both rules (replay's seed 0)
 

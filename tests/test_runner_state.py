@@ -12,10 +12,10 @@ import optuna
 import pytest
 from sweep_util import tiny_sweep
 
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.progress import Progress
-from collapse_hpo.hpo.report import compute, format_table, trial_rows
-from collapse_hpo.hpo.runner import create_study, fail_stale_trials, locate, open_study, reconcile
+from collapse_hpo.hpo.outputs.progress import Progress
+from collapse_hpo.hpo.outputs.report import compute, format_table, trial_rows
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.runner import create_study, fail_stale_trials, locate, open_study, reconcile
 from collapse_hpo.predictors.errors import InputError
 
 TS = optuna.trial.TrialState
@@ -190,7 +190,7 @@ def test_trial_function_trains_and_records_on_postgresql(tmp_path: Path) -> None
     """The trial function (the Ray trainable's body) on a PostgreSQL study: controls, curve and state."""
     import uuid
 
-    from collapse_hpo.hpo.trial import run_trial, storage_url, trial_config
+    from collapse_hpo.hpo.sweep.trial import run_trial, storage_url, trial_config
     from collapse_hpo.predictors.timescale import adamw_tau
 
     name = f"pg-{uuid.uuid4().hex[:12]}"

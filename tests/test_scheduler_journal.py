@@ -1,4 +1,4 @@
-"""The CollapseScheduler's state on disk: snapshot + append-only journal (hpo/scheduler_state.py).
+"""The CollapseScheduler's state on disk: snapshot + append-only journal (hpo/ray_side/scheduler_state.py).
 
 A result appends one journal line instead of rewriting the whole state (issue 13, item 1), so the bytes
 written per result do not grow with the curve; the journal reads back to the very state the scheduler held;
@@ -18,10 +18,10 @@ import pytest
 import ray.cloudpickle as cloudpickle
 from ray.tune.schedulers import TrialScheduler
 
-import collapse_hpo.hpo.scheduler_state as scheduler_state
-from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.scheduler import CollapseScheduler, StateNote
-from collapse_hpo.hpo.scheduler_state import journal_path
+import collapse_hpo.hpo.ray_side.scheduler_state as scheduler_state
+from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler, StateNote
+from collapse_hpo.hpo.ray_side.scheduler_state import journal_path
+from collapse_hpo.hpo.rule.decision import PruneSettings
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate

@@ -84,8 +84,8 @@ def trainable(config: dict) -> None:
 
 def make_scheduler(storage: str | None, study: str | None):
     """The scheduler under test: the ground-truth surrogate, t̂ reported directly, optional Optuna mirror."""
-    from collapse_hpo.hpo.decision import PruneSettings
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.rule.decision import PruneSettings
 
     return CollapseScheduler(
         reference=SURROGATE, metric="loss", time_attr="t_hat", schedule=SCHEDULE, tau=TAU, tpp=TPP,
@@ -114,7 +114,7 @@ def state_trials(state_file: Path) -> dict[str, dict]:
     """The scheduler's records (snapshot and journal, read as a restore reads them), as dicts."""
     from dataclasses import asdict
 
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     return {tid: asdict(rec) for tid, rec in CollapseScheduler.load_state(state_file).items()}
 

@@ -59,8 +59,8 @@ def trainable(config: dict) -> None:
 
 def make_scheduler(**kwargs):
     """The scheduler under test (prunes from t̂ = 0.2 with a 2% margin)."""
-    from collapse_hpo.hpo.decision import PruneSettings
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.rule.decision import PruneSettings
 
     return CollapseScheduler(
         reference=SURROGATE, time_attr="t_hat", schedule=SCHEDULE, tau=TAU, tpp=TPP,
@@ -96,7 +96,7 @@ def run(ray_session, tmp_path_factory):
     base = tmp_path_factory.mktemp("sched_results")
     out = io.StringIO()
     # Tune's per-trial tables ("... completed after N iterations") come from its default output engine; a
-    # sweep run earlier in this process (hpo/runner.py) switches the process to the legacy one.
+    # sweep run earlier in this process (hpo/sweep/runner.py) switches the process to the legacy one.
     before = os.environ.get("RAY_AIR_NEW_OUTPUT")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "1"
     try:
@@ -141,7 +141,7 @@ def test_tune_table_of_a_pruned_trial_shows_the_flag(run):
 def test_flag_survives_restore_and_state_loads_from_experiment_path(run):
     from ray import tune
 
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     restored = tune.Tuner.restore(str(run["path"]), trainable=trainable)
     grid = restored.get_results()
@@ -160,7 +160,7 @@ def test_flag_survives_restore_and_state_loads_from_experiment_path(run):
 
 
 def test_load_state_names_a_path_without_state(tmp_path):
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     with pytest.raises(InputError, match=re.escape(str(tmp_path)) + ".*no CollapseScheduler state"):
         CollapseScheduler.load_state(tmp_path)
@@ -173,7 +173,7 @@ def test_load_state_names_a_path_without_state(tmp_path):
     ("sqllite:///tune.db", "sqllite:///tune.db", "must be a sqlite:///"),
 ])
 def test_bad_mirror_url_fails_in_the_constructor(url, shown, why):
-    from collapse_hpo.hpo.preflight import CONNECT_TIMEOUT_S
+    from collapse_hpo.hpo.sweep.preflight import CONNECT_TIMEOUT_S
 
     start = time.monotonic()
     with pytest.raises(InputError) as err:

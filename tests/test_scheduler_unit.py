@@ -18,8 +18,8 @@ import pytest
 import ray.cloudpickle as cloudpickle
 from ray.tune.schedulers import TrialScheduler
 
-from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.scheduler import STATE_FORMAT, CollapseScheduler
+from collapse_hpo.hpo.ray_side.scheduler import STATE_FORMAT, CollapseScheduler
+from collapse_hpo.hpo.rule.decision import PruneSettings
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
@@ -240,7 +240,7 @@ def test_paired_comparison_reads_the_other_trials_curves_from_the_state(tmp_path
 def test_a_judgement_rebuilds_only_the_competitors_that_moved(tmp_path, monkeypatch):
     # The scheduler hands the judge the same view object for a record that did not change, so the judge's
     # competitor cache answers for it; a running trial with a new report gets a new view (and competitor).
-    from collapse_hpo.hpo.judge import Judge
+    from collapse_hpo.hpo.rule.judge import Judge
 
     built: list[object] = []
     original = Judge._competitor

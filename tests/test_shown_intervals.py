@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide
-from collapse_hpo.hpo.record import DecisionEntry, latest_prediction
+from collapse_hpo.hpo.rule.decision import Competitor, PruneSettings, decide
+from collapse_hpo.hpo.rule.record import DecisionEntry, latest_prediction
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv
 from collapse_hpo.predictors.misfit import MISFIT_LIMIT, NOT_COLLAPSING
@@ -149,9 +149,9 @@ def _attrs(misfit: float | None) -> dict:
 
 @pytest.mark.parametrize("misfit", [3.1, 0.8])
 def test_every_screen_says_does_not_collapse_instead_of_a_bare_number(misfit):
-    from collapse_hpo.hpo.dashboard import trial_note
-    from collapse_hpo.hpo.progress import Progress
-    from collapse_hpo.hpo.report import format_table
+    from collapse_hpo.hpo.outputs.dashboard import trial_note
+    from collapse_hpo.hpo.outputs.progress import Progress
+    from collapse_hpo.hpo.outputs.report import format_table
 
     flagged = misfit > MISFIT_LIMIT
     row = {"number": 3, "state": "PRUNED", "draw": 3, "seed": 0, "lr": 0.1, "batch_tokens": 512,
@@ -174,7 +174,7 @@ def test_every_screen_says_does_not_collapse_instead_of_a_bare_number(misfit):
 def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(tmp_path):
     import optuna
 
-    from collapse_hpo.hpo.report import plot_curves
+    from collapse_hpo.hpo.outputs.report import plot_curves
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study()

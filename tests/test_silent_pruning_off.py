@@ -21,14 +21,14 @@ import optuna
 import pytest
 from sweep_util import tiny_sweep
 
-from collapse_hpo.hpo.judge import (
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+from collapse_hpo.hpo.rule.judge import (
     PAST_END_WARNING,
     STARTUP_WARNING,
     UNJUDGEABLE_WARNING,
     CollapseWarning,
 )
-from collapse_hpo.hpo.pruner import CollapsePruner
-from collapse_hpo.hpo.record import WARNINGS_ATTR, set_trial_controls
+from collapse_hpo.hpo.rule.record import WARNINGS_ATTR, set_trial_controls
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
@@ -132,8 +132,8 @@ def test_optuna_tpp_the_surrogate_needs_but_nobody_gives_is_said():
 # ---------------------------------------------------------------------------------------------- (c)
 @pytest.mark.parametrize("trials", [4, 10])
 def test_sweep_tpe_with_no_more_trials_than_its_startup_warns_before_the_sweep(tmp_path, trials):
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.runner import create_study, locate
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.runner import create_study, locate
 
     sweep = load_sweep(tiny_sweep(tmp_path, trials=trials, sampler={"name": "tpe", "seed": 0}))
     loc = locate(sweep)
@@ -149,8 +149,8 @@ def test_sweep_tpe_with_no_more_trials_than_its_startup_warns_before_the_sweep(t
 
 @pytest.mark.parametrize("sampler", [{"name": "tpe", "seed": 0}, {"name": "random", "seed": 0}])
 def test_sweep_with_enough_trials_or_another_sampler_says_nothing(tmp_path, sampler):
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.runner import create_study, locate
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.runner import create_study, locate
 
     sweep = load_sweep(tiny_sweep(tmp_path, trials=11 if sampler["name"] == "tpe" else 4, sampler=sampler))
     loc = locate(sweep)
@@ -178,8 +178,8 @@ def test_tune_training_iteration_without_total_warns_once_and_records_it(tmp_pat
     import ray.cloudpickle
     from ray import tune
 
-    from collapse_hpo.hpo.decision import PruneSettings
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.rule.decision import PruneSettings
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     url = f"sqlite:///{tmp_path / 'mirror.db'}"
@@ -204,7 +204,7 @@ def test_tune_training_iteration_without_total_warns_once_and_records_it(tmp_pat
     said = _collapse_warnings(caught)
     assert len(said) == 1, said
     assert "past its total" in said[0] and "time_attr" in said[0]
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     said_there = CollapseScheduler.load_warnings(grid.experiment_path)  # snapshot and journal
     assert [w["key"] for w in said_there] == [PAST_END_WARNING]

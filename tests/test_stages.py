@@ -1,4 +1,5 @@
-"""Sweeps with ``stages:`` (hpo/stages.py), without training: validation, the transfer, stage 2's pruner and
+"""Sweeps with ``stages:`` (hpo/sweep/stages.py), without training: validation, the transfer, stage 2's pruner
+and
 reference, the stages report (transfer table, ρ, compute). The end-to-end runs are in test_cli_stages.py."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import pytest
 import yaml
 
 from collapse_hpo.hpo import cli
-from collapse_hpo.hpo.config import parse_sweep
-from collapse_hpo.hpo.reference import StudyReference
-from collapse_hpo.hpo.stages import (
+from collapse_hpo.hpo.rule.reference import StudyReference
+from collapse_hpo.hpo.sweep.config import parse_sweep
+from collapse_hpo.hpo.sweep.stages import (
     STAGE_PLAN_ATTR,
     lr_factor,
     stage_locations,
@@ -23,7 +24,7 @@ from collapse_hpo.hpo.stages import (
     transfer,
     transfer_rows,
 )
-from collapse_hpo.hpo.trial import build_pruner, train_config
+from collapse_hpo.hpo.sweep.trial import build_pruner, train_config
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.timescale import adamw_tau, optimal_tau
 from collapse_hpo.trainers.config import plan
@@ -197,7 +198,7 @@ def test_top_settings_rank_by_final_or_predicted_loss() -> None:
 
 
 def test_a_draw_has_a_final_loss_only_when_every_seed_ended() -> None:
-    from collapse_hpo.hpo.stages import draw_scores
+    from collapse_hpo.hpo.sweep.stages import draw_scores
 
     study = optuna.create_study()
     dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0)}

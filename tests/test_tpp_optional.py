@@ -18,10 +18,10 @@ import optuna
 import pytest
 
 from collapse_hpo.hpo.cli import main
-from collapse_hpo.hpo.decision import Competitor, PruneSettings, decide, same_controls
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
-from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR, TrialControls, trial_curve
-from collapse_hpo.hpo.reference import fit_surrogate
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.rule.decision import Competitor, PruneSettings, decide, same_controls
+from collapse_hpo.hpo.rule.record import STUDY_REFERENCE_ATTR, TrialControls, trial_curve
+from collapse_hpo.hpo.rule.reference import fit_surrogate
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv, write_curves_csv
 from collapse_hpo.predictors.errors import InputError
@@ -125,7 +125,7 @@ def test_calibrate_refuses_a_file_that_mixes_runs_with_and_without_tpp(tmp_path,
     assert "6 of 8 runs have no tpp" in line and "tau0.05_tppnone_s0" in line
     assert "calibrate them separately, or leave tpp empty for every run" in line
     # The online reference of a live sweep calls the same calibration: a mixed set of completed trials gives
-    # no surrogate, with this reason (hpo/reference.py), and trials of equal controls are still compared.
+    # no surrogate, with this reason (hpo/rule/reference.py), and trials of equal controls are still compared.
     with pytest.raises(InputError, match=r"have no tpp .* and the others have one"):
         fit_surrogate(mixed)
 
@@ -270,7 +270,7 @@ def test_collapse_pruner_with_tpp_none_calibrates_online_and_prunes():
 def test_collapse_scheduler_with_tpp_none_prunes_the_bad_trial(tmp_path):
     from ray.tune.schedulers import TrialScheduler
 
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     class FakeTrial:
         def __init__(self, trial_id: str) -> None:
@@ -327,9 +327,9 @@ def test_a_total_tokens_sweep_trains_records_no_tpp_and_its_curves_replay(tmp_pa
     import yaml
     from sweep_util import tiny_sweep
 
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.runner import create_study, locate
-    from collapse_hpo.hpo.trial import run_trial, trial_config
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.runner import create_study, locate
+    from collapse_hpo.hpo.sweep.trial import run_trial, trial_config
 
     path = tiny_sweep(tmp_path, "ft", trials=4, prune=True, tau=0.2, total_tokens=16_384)  # a 3K model
     doc = yaml.safe_load(path.read_text())

@@ -14,11 +14,11 @@ import optuna
 import pytest
 from test_scheduler_unit import SURROGATE, TAU, TPP, FakeTrial, loss_at, make
 
-from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
-from collapse_hpo.hpo.record import FRACTION_STEPS, TrialControls, stored_total, trial_curve
-from collapse_hpo.hpo.scheduler import CollapseScheduler
-from collapse_hpo.hpo.scheduler_state import record_from_dict
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
+from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+from collapse_hpo.hpo.ray_side.scheduler_state import record_from_dict
+from collapse_hpo.hpo.rule.decision import PruneSettings
+from collapse_hpo.hpo.rule.record import FRACTION_STEPS, TrialControls, stored_total, trial_curve
 from collapse_hpo.predictors.errors import InputError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -167,7 +167,7 @@ def test_a_state_file_from_before_units_reads_its_tokens():
 
 
 def test_the_dashboard_note_says_how_far_a_trial_trained_in_its_units():
-    from collapse_hpo.hpo.dashboard import trial_note
+    from collapse_hpo.hpo.outputs.dashboard import trial_note
 
     pruned = next(t for t in _study("steps").trials if t.state.name == "PRUNED")
     last = max(pruned.intermediate_values)

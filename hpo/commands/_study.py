@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 def storage_for(url: str, flag: str = "--storage") -> str:
     """The URL to open for ``url`` as given with ``flag``: a ``${NAME}`` URL read from the environment, the
     scheme checked, a SQLite file that must exist (a report or a dashboard never creates one), and the
-    PostgreSQL driver named (hpo/trial.py ``storage_url``)."""
-    from collapse_hpo.hpo.trial import storage_url
-    from collapse_hpo.hpo.urls import mask_url, resolve_url, sqlite_file, url_problem
+    PostgreSQL driver named (hpo/sweep/trial.py ``storage_url``)."""
+    from collapse_hpo.hpo.sweep.trial import storage_url
+    from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url, sqlite_file, url_problem
 
     url = resolve_url(url, flag)
     problem = url_problem(url)
@@ -35,8 +35,8 @@ def study_names(url: str, flag: str = "--storage") -> list[str]:
     """The names of the studies in the storage at ``url`` (from `storage_for`), sorted."""
     import optuna
 
-    from collapse_hpo.hpo.storage_errors import StorageFault
-    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.hpo.sweep.storage_errors import StorageFault
+    from collapse_hpo.hpo.sweep.urls import mask_url
 
     try:
         return sorted(optuna.get_all_study_names(storage=url))
@@ -52,7 +52,7 @@ def load_named_study(url: str, name: str | None, flag: str = "--storage") -> opt
     study. InputError listing the studies there when the name is missing, unknown or ambiguous."""
     import optuna
 
-    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.hpo.sweep.urls import mask_url
 
     names = study_names(url, flag)
     shown = mask_url(url)

@@ -1,9 +1,11 @@
 """`collapse-hpo dashboard SWEEP.yaml` (or `--storage URL`): optuna-dashboard on a sweep's storage.
 
 Before serving, the sweep's study gets a fresh collapsed-curves figure and per-trial prediction notes
-(hpo/dashboard.py ``publish``), so a running sweep shows its current state. Prints the URL, then serves until
+(hpo/outputs/dashboard.py ``publish``), so a running sweep shows its current state. Prints the URL, then
+serves until
 Ctrl-C. Listens on 127.0.0.1; another ``--host`` (reachable from other machines) is refused unless
-``--allow-remote`` is given, and is then read-only unless ``--no-read-only`` (hpo/dashboard_server.py). The
+``--allow-remote`` is given, and is then read-only unless ``--no-read-only``
+(hpo/outputs/dashboard_server.py). The
 host is checked before anything is published.
 """
 
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Locate the storage, publish the review figure and notes, print the URL and serve."""
-    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.hpo.sweep.urls import mask_url
     from collapse_hpo.predictors.errors import InputError
 
     if (args.sweep is None) == (args.storage is None):
@@ -53,13 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.extras import require
 
     require("the dashboard", "optuna_dashboard", "plotly")
-    from collapse_hpo.hpo.dashboard_server import check_host, remote_warning
+    from collapse_hpo.hpo.outputs.dashboard_server import check_host, remote_warning
 
     remote = False if args.publish_only else check_host(args.host, args.allow_remote)
     read_only = remote if args.read_only is None else args.read_only
     import optuna
 
-    from collapse_hpo.hpo import dashboard, dashboard_server
+    from collapse_hpo.hpo.outputs import dashboard, dashboard_server
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies: list[optuna.Study] = []
@@ -67,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     references: dict[str, object] = {}
     if args.sweep is not None:
 
-        from collapse_hpo.hpo.config import load_sweep
-        from collapse_hpo.hpo.preflight import check_storage
-        from collapse_hpo.hpo.runner import locate
-        from collapse_hpo.hpo.urls import resolve_url
+        from collapse_hpo.hpo.sweep.config import load_sweep
+        from collapse_hpo.hpo.sweep.preflight import check_storage
+        from collapse_hpo.hpo.sweep.runner import locate
+        from collapse_hpo.hpo.sweep.urls import resolve_url
 
         sweep = load_sweep(args.sweep)
         loc = locate(sweep, args.results, no_prune=args.no_prune)
@@ -113,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dict[str, object]]:
     """The studies of a sweep with stages that exist (KeyError when stage 1 does not) and the reference
-    each was judged with: the file's for stage 1, stage 1's study for stage 2 (hpo/stages.py)."""
+    each was judged with: the file's for stage 1, stage 1's study for stage 2 (hpo/sweep/stages.py)."""
     import optuna
 
-    from collapse_hpo.hpo.stages import stage_locations
+    from collapse_hpo.hpo.sweep.stages import stage_locations
 
     locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
     studies = [optuna.load_study(study_name=locs[0].study_name, storage=url)]
@@ -129,7 +131,7 @@ def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dic
 
 def _sqlite_file_exists(url: str) -> bool:
     """Whether the file of a sqlite:/// URL exists."""
-    from collapse_hpo.hpo.urls import sqlite_file
+    from collapse_hpo.hpo.sweep.urls import sqlite_file
 
     path = sqlite_file(url)
     return path is not None and path.is_file()

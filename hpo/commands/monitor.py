@@ -8,7 +8,8 @@ running minimum by ``--raw-margin``) is printed beside it. A run whose loss turn
 training loss) raises the alarm at that point: "diverged". Exit status 1 when an alarm fired, 0 when not,
 2 on bad input, 3 when ``--follow`` stopped at its ``--timeout`` or ``--idle`` limit before the runs ended.
 
-With ``--follow`` it reads the rows the run appends (`hpo.follow.FollowedCurves`: a half-written last row is
+With ``--follow`` it reads the rows the run appends (`hpo.outputs.follow.FollowedCurves`: a half-written last
+row is
 waited for, a truncated or rotated file is followed like ``tail -F``, a missing one is waited for) every
 ``--interval`` seconds until every run has reached t̂ = 1 (its last row, with or without a loss) or diverged,
 an alarm fired, ``--timeout`` seconds passed, or no new row came for ``--idle`` seconds (default 3600).
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace, rule, ref_of) -> tuple[list[tuple], str | None]:
     """`--follow`: poll the live file until every run ended or an alarm fired (None), or a limit stopped it
     (the reason); the results of the last check."""
-    from collapse_hpo.hpo.follow import FollowedCurves
+    from collapse_hpo.hpo.outputs.follow import FollowedCurves
 
     live = FollowedCurves(args.curves)
     started = last_row = time.monotonic()

@@ -57,8 +57,8 @@ def default_jobs() -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
-    from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.replay import (
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import (
         LATE_FRACTION,
         format_table,
         markdown_table,
@@ -132,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _read_sweep(args: argparse.Namespace):
     """Check the output paths, read the curves (a long read's progress and the reader's notes on stderr) and
-    put them on the report grid (`hpo.replay.make_sweep`)."""
+    put them on the report grid (`hpo.replays.replay.make_sweep`)."""
     from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
-    from collapse_hpo.hpo.replay import make_sweep
+    from collapse_hpo.hpo.replays.replay import make_sweep
     from collapse_hpo.predictors.curves import read_curves_csv
     from collapse_hpo.predictors.errors import InputError
 
@@ -150,8 +150,8 @@ def _read_sweep(args: argparse.Namespace):
 
 def _frontier(args: argparse.Namespace, jobs: int) -> int:
     """`replay --frontier`: every setting of each family's knob grid, the table and the coverage lines."""
-    from collapse_hpo.hpo import frontier as fr
-    from collapse_hpo.hpo import peers
+    from collapse_hpo.hpo.replays import frontier as fr
+    from collapse_hpo.hpo.replays import peers
     from collapse_hpo.predictors.errors import InputError
 
     families = list(dict.fromkeys(args.family or peers.FRONTIER_KNOBS))

@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.study is not None:
         raise InputError("report: --study names a study in --storage; a sweep file names its own")
 
-    from collapse_hpo.hpo.commands.run import finish
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.preflight import check_for_report
-    from collapse_hpo.hpo.runner import locate, open_study
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.finish import finish
+    from collapse_hpo.hpo.sweep.preflight import check_for_report
+    from collapse_hpo.hpo.sweep.runner import locate, open_study
     from collapse_hpo.predictors.atomic import clean_stale_tmp
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_staged(sweep, loc, args: argparse.Namespace) -> int:
     """`report` of a sweep with ``stages:``: both stages' tables, the transfer and the rank agreement."""
-    from collapse_hpo.hpo.stages import finish_stages, open_stages, stage_locations
+    from collapse_hpo.hpo.sweep.stages import finish_stages, open_stages, stage_locations
     from collapse_hpo.predictors.atomic import clean_stale_tmp
 
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
@@ -88,9 +88,9 @@ def _report_study(args: argparse.Namespace) -> int:
     import optuna
 
     from collapse_hpo.hpo.commands._study import load_named_study, storage_for
-    from collapse_hpo.hpo.report import check_report_outputs, study_unpruned, write_report
-    from collapse_hpo.hpo.runner import all_failed
-    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.hpo.outputs.report import check_report_outputs, study_unpruned, write_report
+    from collapse_hpo.hpo.sweep.runner import all_failed
+    from collapse_hpo.hpo.sweep.urls import mask_url
     from collapse_hpo.predictors.atomic import check_writable_dir
     from collapse_hpo.predictors.errors import InputError
 

@@ -17,10 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Open the study, fail trials whose heartbeat went stale, requeue their slots, run the rest, report."""
-    from collapse_hpo.hpo.commands.run import finish
-    from collapse_hpo.hpo.config import load_sweep
     from collapse_hpo.hpo.extras import require
-    from collapse_hpo.hpo.runner import locate, run_sweep
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.finish import finish
+    from collapse_hpo.hpo.sweep.runner import locate, run_sweep
 
     require("a sweep", "ray", "torch")  # the driver runs trials on Ray; each trains with torch
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         from collapse_hpo.hpo.commands.run import run_staged
 
         return run_staged(sweep, args, resume=True)
-    from collapse_hpo.hpo.stop import STOP
+    from collapse_hpo.hpo.sweep.stop import STOP
 
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=True)

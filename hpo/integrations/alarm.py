@@ -8,7 +8,7 @@ TPP) or a clean reference run's normalized curve. It fires once; ``fired`` holds
 
 The integrations (hpo/integrations/loop.py, huggingface.py, lightning.py) call it at every report and, when it
 fires, warn (``CollapseAlarmWarning``), write ``alarm_attrs`` to the trial (user attr ``collapse_alarm``,
-hpo/record.py ``ALARM_ATTR``) or log them, and stop training when asked. numpy only.
+hpo/rule/record.py ``ALARM_ATTR``) or log them, and stop training when asked. numpy only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_hpo.hpo.record import TrialControls
+from collapse_hpo.hpo.rule.record import TrialControls
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.residuals import Alarm, AlarmRule, Monitor, normalized_reference
 from collapse_hpo.predictors.surrogate import Surrogate

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collapse_hpo.hpo.integrations.alarm import CollapseAlarmWarning, DeviationAlarm, alarm_attrs
-from collapse_hpo.hpo.record import (
+from collapse_hpo.hpo.rule.record import (
     ALARM_ATTR,
     FRACTION_STEPS,
     NOTES_ATTR,

@@ -4,11 +4,12 @@ Two workloads, both with ``--trials`` trials (default 64) of ``--reports`` repor
 t̂ = i / reports; tokens = t̂ · 1,000,000), run ``--concurrent`` at a time (default 8) with their reports
 interleaved round-robin, as a Tune controller or several Optuna workers would deliver them:
 
-- **scheduler**: the real ``CollapseScheduler`` (hpo/scheduler.py) driven through ``on_trial_add`` /
+- **scheduler**: the real ``CollapseScheduler`` (hpo/ray_side/scheduler.py) driven through ``on_trial_add`` /
   ``on_trial_result`` / ``on_trial_complete`` as Tune's controller calls them (stub ``ray.tune`` Trial
   objects, no cluster), with its state file on disk in ``--dir`` (time_attr ``tokens``, total_tokens
   1,000,000).
-- **pruner**: the real ``CollapsePruner`` (hpo/pruner.py) on an Optuna study in a SQLite file in ``--dir``
+- **pruner**: the real ``CollapsePruner`` (hpo/optuna_side/pruner.py) on an Optuna study in a SQLite file in
+``--dir``
   (``study.ask``, real ``trial.report(loss, step=tokens)`` and ``trial.should_prune()``, ``study.tell``).
 
 scipy.stats is imported before the clock starts (the first prediction of a process imports it, once,
@@ -168,7 +169,7 @@ def bench_scheduler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     t_grid, losses = curves(args.trials, args.reports)
     folder = work / "scheduler"
@@ -231,7 +232,7 @@ def bench_scheduler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def bench_pruner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import optuna
 
-    from collapse_hpo.hpo.pruner import CollapsePruner
+    from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t_grid, losses = curves(args.trials, args.reports)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collapse_hpo.hpo.config import load_sweep
-from collapse_hpo.hpo.report import best_row, compute, trial_rows
-from collapse_hpo.hpo.runner import WALL_ATTR, locate, open_study, unpruned_tokens
+from collapse_hpo.hpo.outputs.report import best_row, compute, trial_rows
+from collapse_hpo.hpo.sweep.config import load_sweep
+from collapse_hpo.hpo.sweep.runner import WALL_ATTR, locate, open_study, unpruned_tokens
 
 
 def main(argv: list[str] | None = None) -> int:

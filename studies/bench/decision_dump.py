@@ -7,7 +7,7 @@ The proof that a refactoring changed no decision (issue 22): run it before and a
 
 What is replayed: the 8 evidence sweeps of BENCHMARKS.md §5/§6
 (``artifacts/curves_{lr,bs}_{tau,lambda}_full.csv``, each seed a sweep) × 5 random trial orders
-(``hpo.replay.random_orders``, seed 0) × the pruner's two comparisons (``paired``, ``interval``):
+(``hpo.replays.replay.random_orders``, seed 0) × the pruner's two comparisons (``paired``, ``interval``):
 80 replays of ``CollapsePruner`` with its other defaults, 4 concurrent workers and 50 reports per
 trial, driven through a real in-memory Optuna study (``peers.OptunaAdapter``). The reference is
 fixed: the surrogate calibrated on the set's collapse family (``collapse_{tau,lambda}_full.csv``,
@@ -27,9 +27,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from collapse_hpo.hpo import peers
-from collapse_hpo.hpo.pruner import trial_decisions
-from collapse_hpo.hpo.replay import make_sweep, random_orders, simulate
+from collapse_hpo.hpo.optuna_side.pruner import trial_decisions
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.replay import make_sweep, random_orders, simulate
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import read_curves_csv
 
@@ -87,7 +87,7 @@ def dump() -> list[str]:
 
 
 def _pruner(surrogate, comparison: str):
-    from collapse_hpo.hpo.pruner import CollapsePruner
+    from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
     return CollapsePruner(reference=surrogate, comparison=comparison)
 

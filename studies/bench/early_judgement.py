@@ -35,8 +35,8 @@ import per_trial_controls as ptc  # noqa: E402
 import pruning_rule  # noqa: E402
 import surestop_lora  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.replay import Summary, make_sweep, replay  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import Summary, make_sweep, replay  # noqa: E402
 
 FAMILIES = {
     "random": ("random_s0", "random_s1"),

@@ -7,7 +7,8 @@ Parts (``--parts``, default all):
 
 - ``train``: the runs of the size's plan (evidence_train.py), cached under ``--cache``; cached runs are
   reused.
-- ``replay``: every sweep (each seed separately) replayed through every pruner (hpo/peers.py) in ``--orders``
+- ``replay``: every sweep (each seed separately) replayed through every pruner (hpo/replays/peers.py) in
+``--orders``
   random trial orders with ``--workers-replay`` concurrent trials; the collapse pruner's reference surrogate
   is calibrated on the collapse families (other seeds, other sizes: never on the sweep itself). Plus the
   ordering stability: Spearman ρ of predicted (and of current) loss at fraction p against the final loss.
@@ -43,8 +44,8 @@ sys.path.insert(0, str(HERE))
 
 from evidence_train import SIZES, TAU_OPT, load_family, plan, run_plan  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.replay import (  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import (  # noqa: E402
     Summary,
     make_sweep,
     markdown_table,

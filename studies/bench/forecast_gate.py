@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from pruning_rule import DEV, EVAL, FAMILIES, Dataset, ours, run_replays, sweeps  # noqa: E402
 
-from collapse_hpo.hpo.decision import DEFAULT_MARGIN  # noqa: E402
+from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN  # noqa: E402
 from collapse_hpo.predictors.calibrate import calibrate  # noqa: E402
 from collapse_hpo.predictors.curves import read_curves_csv  # noqa: E402
 from collapse_hpo.predictors.forecast import forecast  # noqa: E402
@@ -54,7 +54,8 @@ def reference(ds: Dataset, sweep_width: str):
 
 
 class Gate:
-    """Our pruner with the forecast gate in front of it (the ReplayPruner protocol of hpo/replay.py)."""
+    """Our pruner with the forecast gate in front of it (the ReplayPruner protocol of
+    hpo/replays/replay.py)."""
 
     def __init__(self, inner, ceilings: dict[str, np.ndarray], margin: float):
         self.inner = inner

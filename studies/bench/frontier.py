@@ -1,6 +1,6 @@
 """Frontiers of every sweep family: each pruner family's own knobs swept (issue 20, "Frontier" target).
 
-For every sweep family, every setting of ``peers.FRONTIER_KNOBS`` (hpo/frontier.py, the engine of
+For every sweep family, every setting of ``peers.FRONTIER_KNOBS`` (hpo/replays/frontier.py, the engine of
 ``collapse-hpo replay --frontier``) is replayed over the same ``--orders`` random trial orders with 4
 concurrent workers; a family with several sweeps (one per seed) gets each setting's compute, mean regret and
 best-cut rate averaged over its sweeps. Then, per sweep family:
@@ -50,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 ART = HERE / "artifacts"
 sys.path.insert(0, str(HERE))
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.frontier import (  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.frontier import (  # noqa: E402
     FrontierPoint,
     coverage,
     frontier,
@@ -59,7 +59,7 @@ from collapse_hpo.hpo.frontier import (  # noqa: E402
     plot_frontier,
     write_frontier_csv,
 )
-from collapse_hpo.hpo.replay import LATE_FRACTION, Sweep, make_sweep  # noqa: E402
+from collapse_hpo.hpo.replays.replay import LATE_FRACTION, Sweep, make_sweep  # noqa: E402
 from collapse_hpo.predictors.calibrate import calibrate  # noqa: E402
 from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
 

@@ -10,7 +10,8 @@ out):
    λ fixed; the random-config sweeps) and weight w of the measured shape miss (0.25 … 1): the coverage of
    the true final loss by the shown interval and its median width (log). The chosen ``SHAPE_MISS_WEIGHT`` is
    the smallest w that covers ≥ 90% in every family (the target, 80%, with a margin for other sweeps).
-2. **replay** (every trial trained to the end, so the truth is known): ``collapse-online`` (hpo/peers.py: the
+2. **replay** (every trial trained to the end, so the truth is known): ``collapse-online``
+(hpo/replays/peers.py: the
    online reference with the builtin prior, refits inline) replayed over the sweeps of BENCHMARKS §5, the
    random-config sweeps, and out of sample the mpl_luo2025 sweeps and qiu chess (../shared/extdata). Per
    sweep: prunes, the share with a predicted final loss, and the coverage of the shown interval.
@@ -123,8 +124,8 @@ def part_choice(md: list[str], repeats: int) -> None:
 def part_replay(md: list[str], orders: int, extdata: Path, prior: str) -> None:
     from shown_intervals import prune_entries
 
-    from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.replay import make_sweep
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import make_sweep
 
     peers.ONLINE_REPLAY["prior"] = prior  # `--prior none`: as before the prior existed (no early prediction)
 
@@ -178,7 +179,7 @@ def blocking_run(curves: list[Curve], refit: str, train_ms: float, workers: int)
     the durations of every ``should_prune`` call (seconds) and the sweep's wall time."""
     import optuna
 
-    from collapse_hpo.hpo.pruner import CollapsePruner, set_trial_controls
+    from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = CollapsePruner(reference={"online": True, "min_trials": 3, "refit": refit})

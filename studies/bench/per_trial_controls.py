@@ -51,11 +51,8 @@ sys.path.insert(0, str(HERE))
 
 import pruning_rule  # noqa: E402
 
-from collapse_hpo.hpo import peers  # noqa: E402
-from collapse_hpo.hpo.decision import PruneSettings  # noqa: E402
-from collapse_hpo.hpo.judge import Judge, TrialView  # noqa: E402
-from collapse_hpo.hpo.record import DecisionEntry, TrialControls  # noqa: E402
-from collapse_hpo.hpo.replay import (  # noqa: E402
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import (  # noqa: E402
     STEP_SCALE,
     ReplayResult,
     Summary,
@@ -65,6 +62,9 @@ from collapse_hpo.hpo.replay import (  # noqa: E402
     replay,
     write_summary_csv,
 )
+from collapse_hpo.hpo.rule.decision import PruneSettings  # noqa: E402
+from collapse_hpo.hpo.rule.judge import Judge, TrialView  # noqa: E402
+from collapse_hpo.hpo.rule.record import DecisionEntry, TrialControls  # noqa: E402
 from collapse_hpo.predictors.calibrate import calibrate  # noqa: E402
 from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
 
@@ -81,7 +81,8 @@ DEVELOPMENT = ("random_s0",)
 class DirectCollapse:
     """Our CollapsePruner's judgements in a replay, without the Optuna study around them.
 
-    The same ``Judge`` (hpo/judge.py) and rule (hpo/decision.py) as ``peers.collapse_factory``, fed the same
+    The same ``Judge`` (hpo/rule/judge.py) and rule (hpo/rule/decision.py) as ``peers.collapse_factory``, fed
+    the same
     trial views: trials numbered in start order, steps in thousandths of training (t̂ = step / 1000), controls
     as ``set_trial_controls`` stores them (the schedule through its dict), decision entries through their
     stored form, competitors in trial-number order. What it skips is the in-memory Optuna storage, which

@@ -13,7 +13,8 @@ zero, stdlib byte corpus, CompleteP), each with an LR sweep and a batch-size swe
   defaults and through every peer, and checks issue 10's targets.
 
 Each sweep is replayed in ``--orders`` random trial orders with ``--workers`` concurrent trials and 50
-report points per trial (hpo/replay.py). Compute = tokens trained / tokens of the unpruned sweep; regret =
+report points per trial (hpo/replays/replay.py). Compute = tokens trained / tokens of the unpruned sweep;
+regret =
 best final loss among trials that ran to the end minus the best of all, relative to the best.
 
 Reference compute, counted honestly: with τ held, every trial of a sweep has equal controls (τ, TPP,
@@ -43,9 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
-from collapse_hpo.hpo import peers
-from collapse_hpo.hpo.decision import DEFAULT_MARGIN
-from collapse_hpo.hpo.replay import Summary, make_sweep, plot_compute_regret, replay, write_summary_csv
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.replay import (
+    Summary,
+    make_sweep,
+    plot_compute_regret,
+    replay,
+    write_summary_csv,
+)
+from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv
 
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             *dev_lines,
             "",
             f"Chosen: margin {chosen:g} (the smallest that never cut the best trial, with one 0.01 step to "
-            f"spare). The default in hpo/decision.py is {DEFAULT_MARGIN:g}"
+            f"spare). The default in hpo/rule/decision.py is {DEFAULT_MARGIN:g}"
             f"{'' if abs(chosen - DEFAULT_MARGIN) < 1e-12 else ' (DIFFERS from this choice)'}.",
             "",
         ]

@@ -88,7 +88,7 @@ def margin_of(rule: str) -> float | None:
 def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
     ns = example("optuna")
     if margin_of(rule) is not None:  # the README's pruner (reference="online") with its knob set
-        from collapse_hpo.hpo.pruner import CollapsePruner
+        from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
         pruner = CollapsePruner(reference="online", margin=margin_of(rule))
     else:
@@ -117,8 +117,8 @@ def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
         steps_total = ns["STEPS"]
         asha = ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps_total)
         if margin_of(rule) is not None:  # the README's scheduler with its knob set
-            from collapse_hpo.hpo.decision import PruneSettings
-            from collapse_hpo.hpo.scheduler import CollapseScheduler
+            from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+            from collapse_hpo.hpo.rule.decision import PruneSettings
 
             scheduler = CollapseScheduler(
                 reference="online", metric="loss", time_attr="step", units="steps", total=steps_total,

@@ -10,7 +10,8 @@ depends on τ and the schedule, as for real runs), scaled by a final loss that i
 first bullet makes it optional). The collapse pruners that need a reference get one calibrated on 24 other
 curves of the same generator (another seed); calibration is not timed.
 
-Timed: ``replay`` (hpo/replay.py) of the sweep in ``--orders`` random orders with 4 concurrent workers, for
+Timed: ``replay`` (hpo/replays/replay.py) of the sweep in ``--orders`` random orders with 4 concurrent
+workers, for
 each pruner of ``collapse-hpo replay --pruner list`` (conformal needs the optional ``surestop`` package),
 with ``--jobs`` processes where the code has them. Wall and CPU seconds (this process and its workers)
 per pruner and in total.
@@ -95,8 +96,8 @@ def _cpu() -> float:
 
 def time_pruners(args: argparse.Namespace, orders: int, jobs: int) -> dict[str, dict]:
     """Replay the sweep through each pruner; per pruner: wall and CPU seconds, summary row, decisions."""
-    from collapse_hpo.hpo import peers
-    from collapse_hpo.hpo.replay import format_row, make_sweep, replay
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import format_row, make_sweep, replay
     from collapse_hpo.predictors.calibrate import calibrate
 
     if args.sweep == "lora":

@@ -11,7 +11,8 @@ Three parts, one command (``.venv/bin/python studies/bench/shown_intervals.py``)
    shown intervals; the chosen limit is the smallest that flags at most 1% of the collapsing predictions.
 2. **replay** (development sweeps, trained to the end, so the truth is known): every sweep of section 5 of
    BENCHMARKS.md (each seed alone) plus ``lr_high`` (the LR sweep of seed 0 with the high-LR runs added) is
-   replayed through the ``collapse`` and ``collapse-online`` pruners (hpo/replay.py, 4 workers, 50 reports).
+   replayed through the ``collapse`` and ``collapse-online`` pruners (hpo/replays/replay.py, 4 workers, 50
+   reports).
    For every prune decision with a prediction: is the true final loss inside the interval shown *before*
    this change (the learned band, which the decision rule still uses: ``rule_low``..``rule_high``) and
    *after* (``predicted_low``..``predicted_high``)? And how many were flagged?
@@ -39,9 +40,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from collapse_hpo.hpo import peers
-from collapse_hpo.hpo.record import read_log
-from collapse_hpo.hpo.replay import Sweep, make_sweep, random_orders, simulate
+from collapse_hpo.hpo.replays import peers
+from collapse_hpo.hpo.replays.replay import Sweep, make_sweep, random_orders, simulate
+from collapse_hpo.hpo.rule.record import read_log
 from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve, read_curves_csv, write_curves_csv
 from collapse_hpo.predictors.misfit import MISFIT_LIMIT, shown_interval

@@ -97,15 +97,15 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
 
 def by_draw(study: Any) -> dict[int, dict[str, Any]]:
     """Per draw: mean final loss over the seeds trained to the end (None when none was), params."""
-    from collapse_hpo.hpo.stages import draw_scores
+    from collapse_hpo.hpo.sweep.stages import draw_scores
 
     return draw_scores(study)
 
 
 def nd(study: Any) -> tuple[float, float]:
     """(N·D, tokens) every trial of the study spent."""
-    from collapse_hpo.hpo.report import trial_rows
-    from collapse_hpo.hpo.stages import trial_compute
+    from collapse_hpo.hpo.outputs.report import trial_rows
+    from collapse_hpo.hpo.sweep.stages import trial_compute
 
     tokens = sum(float(r["tokens_trained"] or 0) for r in trial_rows(study))
     return trial_compute(study), tokens
@@ -132,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
-    from collapse_hpo.hpo.config import load_sweep
-    from collapse_hpo.hpo.replay import spearman
-    from collapse_hpo.hpo.runner import locate, plan_draws, run_sweep
-    from collapse_hpo.hpo.stages import (
+    from collapse_hpo.hpo.replays.replay import spearman
+    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.runner import locate, plan_draws, run_sweep
+    from collapse_hpo.hpo.sweep.stages import (
         finish_stages,
         full_sweep_compute,
         run_stages,

@@ -1,8 +1,9 @@
 """The Optuna pruner that stops trials whose predicted final loss will not win (collapse early-align).
 
-``CollapsePruner`` is Optuna glue over the judge (hpo/judge.py): it builds plain trial views from the
+``CollapsePruner`` is Optuna glue over the judge (hpo/rule/judge.py): it builds plain trial views from the
 study's stored trials, asks the judge, and writes the judge's decision entry to the trial's user attrs
-(names in hpo/record.py). The rule itself is hpo/decision.py; the reference surrogate hpo/reference.py.
+(names in hpo/rule/record.py). The rule itself is hpo/rule/decision.py; the reference surrogate
+hpo/rule/reference.py.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from collapse_hpo.hpo.decision import DEFAULT_MARGIN, PruneSettings
-from collapse_hpo.hpo.judge import (
+from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN, PruneSettings
+from collapse_hpo.hpo.rule.judge import (
     STARTUP_WARNING,
     WARNINGS_ATTR,
     Judge,
@@ -31,7 +32,7 @@ from collapse_hpo.hpo.judge import (
     add_warning,
     emit,
 )
-from collapse_hpo.hpo.record import (
+from collapse_hpo.hpo.rule.record import (
     CONTROL_ATTRS,
     CONTROL_READ_ATTRS,
     DECISIONS_ATTR,
@@ -45,7 +46,7 @@ from collapse_hpo.hpo.record import (
     set_trial_controls,
     trial_points,
 )
-from collapse_hpo.hpo.reference import Reference, make_reference
+from collapse_hpo.hpo.rule.reference import Reference, make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 
@@ -57,7 +58,7 @@ class CollapsePruner(BasePruner):
 
     From ``min_fraction`` of training on, each ``trial.should_prune()`` predicts the trial's final loss
     with an interval [low, high] at ``confidence`` by aligning the curve so far onto the reference
-    surrogate's collapsed curve (hpo/decision.py, predictors/predict.py). It is compared with the other
+    surrogate's collapsed curve (hpo/rule/decision.py, predictors/predict.py). It is compared with the other
     trials that can still finish: completed and running ones (pruned trials never finish, so they do not
     compete). With ``comparison="paired"`` (the default) two trials are compared at the same fraction of
     training: where their controls (τ, TPP, schedule) are equal, by the ratio of their losses there, which
@@ -65,7 +66,8 @@ class CollapsePruner(BasePruner):
     curves up to that fraction, so the reference's bias, shared by the sweep, cancels, with the surrogate's
     learned paired error (``pair_bands``, never below ``margin``) as the margin, except during the trial's
     first judgements (t̂ ≤ 1.5 × ``min_fraction``), where every competitor is compared by the loss ratio with
-    ``margin`` as the whole margin (hpo/decision.py, ``EARLY_JUDGEMENT``), and except where the reference's
+    ``margin`` as the whole margin (hpo/rule/decision.py, ``EARLY_JUDGEMENT``), and except where the
+    reference's
     best runs were led by less than that (``lead_bands``; then by the loss ratio with twice that lead as the
     margin, ``decision.lead_margin``). With ``"interval"`` the
     trial's optimistic bound ``low`` is compared with each competitor's pessimistic final loss (a completed
@@ -97,7 +99,7 @@ class CollapsePruner(BasePruner):
     at that step returns the logged answer, and a pruned trial stays pruned. The curve a decision used
     is the stored one (steps ≤ ``step``). Judgements happen at most once per ``judge_every`` of
     training. Who competes, when a judgement is due and what an entry holds are the judge's
-    (hpo/judge.py), the same for the Ray ``CollapseScheduler``.
+    (hpo/rule/judge.py), the same for the Ray ``CollapseScheduler``.
 
     Cost per call: a judgement reads the stored trial and the study (the other trials' curves), as the
     decision needs. Between judgements, ``should_prune()`` reads nothing from the storage: it takes the new
@@ -120,7 +122,7 @@ class CollapsePruner(BasePruner):
     value at step ``total_tokens`` (recorded in user attr ``sampler_value_step``): the pruned trial's value
     becomes its predicted final loss and TPE ranks pruned trials among themselves by that prediction. The
     trial stays PRUNED, so it never counts as a completed result (``study.best_trial`` ignores it). Trade-off:
-    the stored curve gains a point the run never reached (readers in hpo/reference.py skip it; plots must
+    the stored curve gains a point the run never reached (readers in hpo/rule/reference.py skip it; plots must
     too), and a bad prediction now steers the sampler. Off by default. The objective must raise
     ``optuna.TrialPruned`` right after ``should_prune()`` returns True (as usual).
 
@@ -132,7 +134,7 @@ class CollapsePruner(BasePruner):
 
             import optuna
 
-            from collapse_hpo.hpo.pruner import CollapsePruner
+            from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
             from collapse_hpo.predictors.schedules import Schedule
             from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
@@ -164,11 +166,11 @@ class CollapsePruner(BasePruner):
 
     Args:
         reference: the reference surrogate: a ``Surrogate``, a surrogate JSON path, ``"online"``, a reference
-            object from hpo/reference.py, or a mapping spec (see ``make_reference``).
+            object from hpo/rule/reference.py, or a mapping spec (see ``make_reference``).
         min_fraction: t̂ before which no trial is judged, in (0, 1).
         confidence: confidence of the predicted interval, in (0, 1).
         keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
-        comparison: "paired" (default) or "interval" (see above and hpo/decision.py).
+        comparison: "paired" (default) or "interval" (see above and hpo/rule/decision.py).
         margin: the pruner's one knob: the log-ratio by which a competitor must lead at a common fraction to
             cut a trial (0.04 = 4%; smaller prunes more and risks the winner more; see
             ``PruneSettings.margin``), in [0, 1).

@@ -6,7 +6,7 @@ It works in a plain Optuna objective as well as in the sweep runner::
 
     >>> import optuna
     >>> from optuna.distributions import FloatDistribution
-    >>> from collapse_hpo.hpo.space import TauHeldSpace
+    >>> from collapse_hpo.hpo.sweep.space import TauHeldSpace
     >>> space = TauHeldSpace({"lr": FloatDistribution(1e-3, 1e-1, log=True)},
     ...                      fixed={"batch_tokens": 2048}, tau=0.175, total_tokens=1_000_000)
     >>> def objective(trial):
@@ -31,7 +31,7 @@ from collapse_hpo.predictors.timescale import derive_decay, optimal_tau
 if TYPE_CHECKING:
     import optuna
 
-    from collapse_hpo.hpo.config import SweepConfig
+    from collapse_hpo.hpo.sweep.config import SweepConfig
 
 
 class TauHeldSpace:

@@ -9,7 +9,8 @@ Architecture (why it is shaped like this):
   is drawn up front and stored in the study as WAITING trials (``enqueue_trial``), so a pruned sweep, an
   unpruned sweep and an interrupted-then-resumed sweep train exactly the same hyperparameters. TPE asks live.
 - **Each Ray trial is one Optuna trial.** The Tune config names the storage, the study and the trial number;
-  the worker (`collapse_hpo.hpo.trial.trial_function`) opens the trial there, trains, reports to Optuna and
+  the worker (`collapse_hpo.hpo.sweep.trial.trial_function`) opens the trial there, trains, reports to Optuna
+  and
   Tune, and ends the trial itself (COMPLETE / PRUNED / FAIL). Everything a restart needs is in the storage:
   curves (intermediate values, step = tokens), controls and pruner decisions (user attrs), heartbeats.
 - **Failures.** A trial that raises ends FAIL with its error recorded by the worker; a worker that dies
@@ -35,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collapse_hpo.hpo.config import SweepConfig
-from collapse_hpo.hpo.lease import SweepLease, retry_races
-from collapse_hpo.hpo.preflight import preflight, slots
-from collapse_hpo.hpo.progress import Progress, human_tokens
-from collapse_hpo.hpo.stop import STOP
-from collapse_hpo.hpo.storage_errors import SpaceReserve, StorageFault, find_fault
-from collapse_hpo.hpo.urls import hide_url, mask_text, mask_url, resolve_url, sqlite_file
+from collapse_hpo.hpo.outputs.progress import Progress, human_tokens
+from collapse_hpo.hpo.sweep.config import SweepConfig
+from collapse_hpo.hpo.sweep.lease import SweepLease, retry_races
+from collapse_hpo.hpo.sweep.preflight import preflight, slots
+from collapse_hpo.hpo.sweep.stop import STOP
+from collapse_hpo.hpo.sweep.storage_errors import SpaceReserve, StorageFault, find_fault
+from collapse_hpo.hpo.sweep.urls import hide_url, mask_text, mask_url, resolve_url, sqlite_file
 from collapse_hpo.predictors.atomic import clean_stale_tmp, describe_os_error
 from collapse_hpo.predictors.errors import InputError
 
@@ -101,8 +102,8 @@ def make_sampler(sweep: SweepConfig, *, warn: bool = False) -> optuna.samplers.B
             return optuna.samplers.QMCSampler(seed=s.seed, scramble=True, warn_independent_sampling=False)
     if s.name == "grid":
         return optuna.samplers.GridSampler({k: d.values() for k, d in sweep.space.items()}, seed=s.seed)
-    from collapse_hpo.hpo.judge import emit
-    from collapse_hpo.hpo.pruner import tpe_startup_warning
+    from collapse_hpo.hpo.optuna_side.pruner import tpe_startup_warning
+    from collapse_hpo.hpo.rule.judge import emit
 
     sampler = optuna.samplers.TPESampler(seed=s.seed)
     startup = tpe_startup_warning(sampler, sweep.n_draws)
@@ -214,10 +215,10 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
     """Create the sweep's study (refusing to overwrite one) and store the plan as WAITING trials.
 
     ``plan``: the draws to train instead of the sampler's (`plan_draws`), e.g. stage 2 of a sweep with stages
-    (hpo/stages.py); ``attrs``: more study user attrs, written before the plan is queued."""
+    (hpo/sweep/stages.py); ``attrs``: more study user attrs, written before the plan is queued."""
     import optuna
 
-    from collapse_hpo.hpo.trial import open_storage
+    from collapse_hpo.hpo.sweep.trial import open_storage
 
     storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
@@ -232,7 +233,7 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
     study.set_user_attr(PRUNE_ATTR, loc.prune)
     for key, value in (attrs or {}).items():
         study.set_user_attr(key, value)
-    from collapse_hpo.hpo.pruner import record_warning, tpe_startup_warning
+    from collapse_hpo.hpo.optuna_side.pruner import record_warning, tpe_startup_warning
 
     startup = tpe_startup_warning(study.sampler, sweep.n_draws)
     if startup is not None:
@@ -248,7 +249,7 @@ def open_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
     """Open an existing sweep study (`resume`, `report`); InputError if there is none or the file changed."""
     import optuna
 
-    from collapse_hpo.hpo.trial import open_storage
+    from collapse_hpo.hpo.sweep.trial import open_storage
 
     storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
@@ -397,7 +398,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
-    from collapse_hpo.hpo.trial import STORAGE_FAULT_KEY, trial_config
+    from collapse_hpo.hpo.sweep.trial import STORAGE_FAULT_KEY, trial_config
 
     # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
     sweep = shippable_sweep(sweep_file)
@@ -550,8 +551,8 @@ def unpruned_tokens(sweep: SweepConfig, study: optuna.Study | None = None) -> fl
     Each slot (draw, seed) counts once with the trainer's exact token budget for its params (D is a whole
     number of steps of its batch_tokens); draws not made yet (TPE) count with the budget before rounding.
     """
-    from collapse_hpo.hpo.space import sweep_total_tokens
-    from collapse_hpo.hpo.trial import train_config
+    from collapse_hpo.hpo.sweep.space import sweep_total_tokens
+    from collapse_hpo.hpo.sweep.trial import train_config
 
     approx, _tpp, _n = sweep_total_tokens(sweep)
     slots: dict[tuple[int, int], float] = {}
@@ -580,7 +581,8 @@ def _init_ray(sweep: SweepConfig) -> None:
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
-    # Ctrl-C is handled like SIGTERM and SIGHUP (hpo/stop.py): Ray Tune's own SIGINT handler would let the
+    # Ctrl-C is handled like SIGTERM and SIGHUP (hpo/sweep/stop.py): Ray Tune's own SIGINT handler would let
+    # the
     # driver exit 0 from a stopped sweep.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     ex = sweep.executor
@@ -653,13 +655,14 @@ def _killed_pids(message: str) -> set[int]:
 
 def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> LaunchResult:
     """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries), or until
-    the sweep is stopped (a signal: hpo/stop.py; `common_error`; a worker killed by Ray's memory monitor).
+    the sweep is stopped (a signal: hpo/sweep/stop.py; `common_error`; a worker killed by Ray's memory
+    monitor).
     Raises `StorageFault` when the storage failed (a full disk), leaving the running trials to the caller."""
     import optuna
     import ray
     from ray import tune
 
-    from collapse_hpo.hpo.trial import trial_function
+    from collapse_hpo.hpo.sweep.trial import trial_function
 
     shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
     hide_url(loc.storage_url)
@@ -697,13 +700,13 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
         if fault is None:
             raise
         STOP.fault = STOP.fault or str(fault)
-    except KeyboardInterrupt as err:  # a second signal (hpo/stop.py): stop at once, but mark the trials
+    except KeyboardInterrupt as err:  # a second signal (hpo/sweep/stop.py): stop at once, but mark the trials
         forced = err
     finally:
         ray.shutdown()
         _DRIVER_STUDIES.pop(id(study), None)
     # Trials still RUNNING in the study were stopped with the cluster. After a signal (Ctrl-C, SIGTERM,
-    # SIGHUP: hpo/stop.py) they are marked interrupted (resume reruns them without waiting for their
+    # SIGHUP: hpo/sweep/stop.py) they are marked interrupted (resume reruns them without waiting for their
     # heartbeats to go stale). After a memory kill, the killed ones (by process id; a trial that never
     # reported counts as killed) are FAIL with that reason and count as an attempt; the others are
     # interrupted and rerun.
@@ -752,7 +755,8 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False, o
     ``plan`` and ``attrs`` go to `create_study` (a new sweep only).
 
     Nothing is created when the file, the reference, the storage or the results folder is bad (InputError
-    from `collapse_hpo.hpo.preflight`). One driver per sweep: the lease (`collapse_hpo.hpo.lease`) is held
+    from `collapse_hpo.hpo.sweep.preflight`). One driver per sweep: the lease
+    (`collapse_hpo.hpo.sweep.lease`) is held
     while it runs, and a second driver is refused. Prints one line per event and returns the study; raises
     InputError when the first two trials failed with the same error (`common_error`).
     """

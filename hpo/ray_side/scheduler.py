@@ -2,11 +2,12 @@
 
 Add it to any ``Tuner(...)`` (any search algorithm). It reads the metric (a training loss) and the training
 fraction t̂ from each reported result, predicts each trial's final loss from its partial curve with the same
-rule as the Optuna ``CollapsePruner`` (``hpo.decision.decide``), and returns ``STOP`` for trials that will
+rule as the Optuna ``CollapsePruner`` (``hpo.rule.decision.decide``), and returns ``STOP`` for trials that
+will
 confidently not win::
 
     from ray import tune
-    from collapse_hpo.hpo.scheduler import CollapseScheduler
+    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 
     scheduler = CollapseScheduler(reference="surrogate.json", metric="loss", time_attr="t_hat",
                                   tau=0.2, tpp=20)
@@ -23,7 +24,7 @@ State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles t
 before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
 in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``) as a snapshot plus an
 append-only journal beside it (``collapse_scheduler_state.journal.json``; format, durability and compaction:
-hpo/scheduler_state.py). Each result appends one journal line (the report and the decision it caused)
+hpo/ray_side/scheduler_state.py). Each result appends one journal line (the report and the decision it caused)
 before Tune is answered, so a result costs the same at any curve length and number of trials; the snapshot
 is rewritten only when the journal has outgrown it, at ``save`` and when a scheduler loads the state. Read it
 with ``CollapseScheduler.load_state`` (the snapshot alone is not the whole state). On a local filesystem the
@@ -86,25 +87,7 @@ except ModuleNotFoundError as err:  # a core install: Ray Tune comes with the `r
     raise ModuleNotFoundError("CollapseScheduler needs Ray Tune, which is not installed: "
                               "pip install 'collapse-hpo[ray]'", name="ray") from err
 
-from collapse_hpo.hpo.decision import PruneSettings
-from collapse_hpo.hpo.judge import Judge, JudgeWarning, ReportSummary, TrialView, Verdict, add_warning, emit
-from collapse_hpo.hpo.record import (
-    COMPLETE_T_HAT,
-    DECISIONS_ATTR,
-    FINAL_LOSS_ATTR,
-    PRUNE_REASON_ATTR,
-    RAY_CONFIG_ATTR,
-    RAY_TRIAL_ATTR,
-    SAMPLER_STEP_ATTR,
-    WARNINGS_ATTR,
-    DecisionEntry,
-    TrialControls,
-    check_units,
-    read_log,
-    sampler_value,
-)
-from collapse_hpo.hpo.reference import OnlineReference, make_reference
-from collapse_hpo.hpo.scheduler_state import (
+from collapse_hpo.hpo.ray_side.scheduler_state import (
     STATE_FILE,
     STATE_FORMAT,
     STATE_VERSION,
@@ -120,6 +103,32 @@ from collapse_hpo.hpo.scheduler_state import (
     step_of,
     write_snapshot,
 )
+from collapse_hpo.hpo.rule.decision import PruneSettings
+from collapse_hpo.hpo.rule.judge import (
+    Judge,
+    JudgeWarning,
+    ReportSummary,
+    TrialView,
+    Verdict,
+    add_warning,
+    emit,
+)
+from collapse_hpo.hpo.rule.record import (
+    COMPLETE_T_HAT,
+    DECISIONS_ATTR,
+    FINAL_LOSS_ATTR,
+    PRUNE_REASON_ATTR,
+    RAY_CONFIG_ATTR,
+    RAY_TRIAL_ATTR,
+    SAMPLER_STEP_ATTR,
+    WARNINGS_ATTR,
+    DecisionEntry,
+    TrialControls,
+    check_units,
+    read_log,
+    sampler_value,
+)
+from collapse_hpo.hpo.rule.reference import OnlineReference, make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -181,7 +190,8 @@ class CollapseScheduler(FIFOScheduler):
             the prediction (default: its last reported loss, Optuna's convention). A sampler reading the
             study then ranks pruned trials by their prediction, so a bad prediction steers it. Needs a mirror.
 
-    Who competes, when a judgement is due and the decision entry are the judge's (hpo/judge.py), the same as
+    Who competes, when a judgement is due and the decision entry are the judge's (hpo/rule/judge.py), the
+    same as
     the Optuna ``CollapsePruner``'s: only trials of this session count, complete ones by their final loss and
     running ones by their latest logged prediction.
     """
@@ -263,7 +273,7 @@ class CollapseScheduler(FIFOScheduler):
             )
         self._state = SchedulerState()  # records, warnings said (state key: collapse_warnings), seq
         self._records: dict[str, TrialRecord] = self._state.records
-        self._writer: StateWriter | None = None  # keeps _state on disk (hpo/scheduler_state.py)
+        self._writer: StateWriter | None = None  # keeps _state on disk (hpo/ray_side/scheduler_state.py)
         self._views: dict[str, _ViewCache] = {}
         self._active: set[str] = set()
         self._loaded_from: str | None = None
@@ -487,7 +497,8 @@ class CollapseScheduler(FIFOScheduler):
         self._loaded_from = path
 
     def _change(self, op: list[Any], *, durable: bool = False) -> None:
-        """Change the state by one journal op (hpo/scheduler_state.py); written at the next ``_commit``."""
+        """Change the state by one journal op (hpo/ray_side/scheduler_state.py); written at the next
+        ``_commit``."""
         if self._writer is not None:
             self._writer.change(op, durable=durable)
         else:
@@ -572,7 +583,7 @@ class CollapseScheduler(FIFOScheduler):
         return self._reference.get(self._mirror_study(), self.defaults)
 
     def _view(self, rec: TrialRecord) -> TrialView:
-        """The judge's view of a record (hpo/judge.py), without copying its curve: what the record gained
+        """The judge's view of a record (hpo/rule/judge.py), without copying its curve: what the record gained
         since the last view (reports, log entries) is added to a per-trial cache, so a view costs the same
         at any curve length."""
         c = self._views.get(rec.trial_id)
@@ -582,7 +593,8 @@ class CollapseScheduler(FIFOScheduler):
         state = {"running": "running", "complete": "complete", "pruned": "pruned"}.get(rec.status, "other")
         number: int | str = rec.optuna_number if rec.optuna_number is not None else rec.trial_id
         # An unchanged record gives the same view object, so the judge reuses the competitor it built from
-        # it (hpo/judge.py, `competitors`): a judgement then costs nothing for the trials that did not move.
+        # it (hpo/rule/judge.py, `competitors`): a judgement then costs nothing for the trials that did not
+        # move.
         key = (len(c.steps), c.logged, state, rec.final_loss, number, id(c.controls))
         if c.view is not None and c.view_key == key:
             return c.view
@@ -648,7 +660,7 @@ class CollapseScheduler(FIFOScheduler):
         if self._study is None:
             import optuna
 
-            from collapse_hpo.hpo.trial import storage_url
+            from collapse_hpo.hpo.sweep.trial import storage_url
 
             self._study = optuna.create_study(
                 storage=storage_url(self.storage), study_name=self.study_name, direction="minimize",
@@ -762,11 +774,11 @@ def _trial_id(trial: optuna.trial.FrozenTrial) -> int:
 # ---------------------------------------------------------------------- helpers
 def _check_storage(storage: str) -> None:
     """Raise InputError (one line, password masked) when the mirror's storage URL cannot be used: the checks
-    of ``collapse-hpo run`` (hpo/preflight.py ``check_storage``: scheme, a database, a SQLite file in an
+    of ``collapse-hpo run`` (hpo/sweep/preflight.py ``check_storage``: scheme, a database, a SQLite file in an
     existing folder, a server that answers within ``CONNECT_TIMEOUT_S``). Creates nothing."""
     from types import SimpleNamespace
 
-    from collapse_hpo.hpo.preflight import check_storage
+    from collapse_hpo.hpo.sweep.preflight import check_storage
 
     if not isinstance(storage, str) or not storage.strip():
         raise InputError(f"CollapseScheduler: storage must be an Optuna storage URL, got {storage!r}")

@@ -100,7 +100,7 @@ def find_fault(err: BaseException | None) -> StorageFault | None:
 
 def _where(url: Any) -> str:
     """The file of a SQLite URL, else the URL with its password masked."""
-    from collapse_hpo.hpo.urls import mask_url
+    from collapse_hpo.hpo.sweep.urls import mask_url
 
     if url is None:
         return "the database"
@@ -135,7 +135,7 @@ class SpaceReserve:
 
     def __init__(self, storage_url: str, study_name: str) -> None:
         self.path: Path | None = None
-        from collapse_hpo.hpo.urls import sqlite_file
+        from collapse_hpo.hpo.sweep.urls import sqlite_file
 
         db = sqlite_file(storage_url)  # percent-encoding decoded: the default URL encodes odd folder names
         if db is not None:

@@ -20,14 +20,16 @@ Measured per replay (``ReplayResult``):
 
 Pruners plug in through the ``ReplayPruner`` protocol (adapters for Optuna pruners, Ray Tune schedulers
 and the
-other peers live in ``collapse_hpo.hpo.peers``). This module needs numpy only (matplotlib for the plot).
+other peers live in ``collapse_hpo.hpo.replays.peers``). This module needs numpy only (matplotlib for the
+plot).
 
 Speed (``replay``): what does not depend on the trial order is computed once per pruner and shared by its
 orders (``ReplayCaches``: every final-loss prediction, keyed by its inputs, and every online reference fit,
 keyed by the curves fitted); ``jobs`` spreads the (pruner, order) replays over worker processes. Both are
 exact: the decisions are those of the plain path (tests/test_replay_cache.py). The online reference is
 refitted where the live pruner refits it (it is the live pruner): when the count of completed trials has
-reached the next point of its refit schedule (3, 4, 6, 9, 13, ...: hpo/reference.py ``REFIT_GROWTH``) at a
+reached the next point of its refit schedule (3, 4, 6, 9, 13, ...: hpo/rule/reference.py ``REFIT_GROWTH``) at
+a
 judgement. The trials fitted differ from order to order, so its fits are rarely shared.
 """
 
@@ -318,7 +320,8 @@ class ReplayCaches:
 
     - ``predictions``: every ``predict_final_loss`` call (predictors/predict.py, ``PredictionCache``): the
       prediction of trial i from its first k reports against one surrogate is the same in every order.
-    - ``fits``: the online reference's calibrations (hpo/reference.py, ``FitCache``), keyed by exactly the
+    - ``fits``: the online reference's calibrations (hpo/rule/reference.py, ``FitCache``), keyed by exactly
+    the
       curves fitted (their names, points and controls, in order).
 
     Both are exact: a hit returns what the call would have computed. Counts of hits and misses are kept.
@@ -330,7 +333,7 @@ class ReplayCaches:
     @classmethod
     def new(cls) -> ReplayCaches:
         """Empty caches."""
-        from collapse_hpo.hpo.reference import FitCache
+        from collapse_hpo.hpo.rule.reference import FitCache
         from collapse_hpo.predictors.predict import PredictionCache
 
         return cls(predictions=PredictionCache(), fits=FitCache())
@@ -338,7 +341,7 @@ class ReplayCaches:
     @contextmanager
     def active(self) -> Iterator[ReplayCaches]:
         """Install both caches for the calls made in the block."""
-        from collapse_hpo.hpo.reference import fit_caching
+        from collapse_hpo.hpo.rule.reference import fit_caching
         from collapse_hpo.predictors.predict import caching
 
         with caching(self.predictions), fit_caching(self.fits):

@@ -1,7 +1,8 @@
 """Compare pruners by frontiers: each family's own knobs swept; compute against mean regret and best-cut rate.
 
 A pruner's default is one point; a user picks the setting that saves the most at the regret they accept.
-``frontier`` replays a sweep (hpo/replay.py, the same random trial orders for every setting) through every
+``frontier`` replays a sweep (hpo/replays/replay.py, the same random trial orders for every setting) through
+every
 setting of each family's grid (``peers.FRONTIER_KNOBS``) and returns one ``FrontierPoint`` per setting:
 
 - compute: mean share of the unpruned sweep's tokens (equal token budgets: of its report steps);
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collapse_hpo.hpo.replay import Sweep, replay
+from collapse_hpo.hpo.replays.replay import Sweep, replay
 
 #: Compute and regret closer than this count as equal (float noise of means over orders).
 TIE = 1e-9
@@ -50,7 +51,7 @@ class Setting:
 
 def settings(family: str, knobs: dict[str, dict[str, Sequence[Any]]] | None = None) -> list[Setting]:
     """Every combination of ``family``'s knob values (``peers.FRONTIER_KNOBS`` unless ``knobs`` is given)."""
-    from collapse_hpo.hpo.peers import FRONTIER_KNOBS
+    from collapse_hpo.hpo.replays.peers import FRONTIER_KNOBS
 
     grid = (knobs or FRONTIER_KNOBS)[family]
     names = list(grid)
@@ -118,7 +119,7 @@ def frontier(
 
     ``progress`` gets one line per finished setting, numbered ``[i/N]``, and replay's lines on long ones.
     """
-    from collapse_hpo.hpo.peers import frontier_factory
+    from collapse_hpo.hpo.replays.peers import frontier_factory
 
     chosen = [s for family in families for s in settings(family, knobs)]
     factories = [frontier_factory(s.family, s.label, dict(s.knobs), surrogate=surrogate) for s in chosen]

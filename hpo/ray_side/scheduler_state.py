@@ -1,6 +1,6 @@
 """The ``CollapseScheduler``'s state on disk: a snapshot and an append-only journal (state format version 3).
 
-Two files side by side (hpo/scheduler.py says where: the experiment directory by default):
+Two files side by side (hpo/ray_side/scheduler.py says where: the experiment directory by default):
 
 - the **snapshot** ``collapse_scheduler_state.json`` (or the ``state_path`` given): one JSON object
   ``{"format": "collapse-hpo-scheduler-state", "version": 3, "metric", "time_attr", "seq",
@@ -51,8 +51,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from collapse_hpo.hpo.record import FRACTION_STEPS, UNITS, DecisionEntry
-from collapse_hpo.hpo.urls import mask_url
+from collapse_hpo.hpo.rule.record import FRACTION_STEPS, UNITS, DecisionEntry
+from collapse_hpo.hpo.sweep.urls import mask_url
 from collapse_hpo.predictors.atomic import atomic_write, describe_os_error
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
@@ -62,7 +62,7 @@ STATE_FORMAT = "collapse-hpo-scheduler-state"
 #: 3: snapshot + journal. 2: one JSON object, ``log`` holds DecisionEntry dicts. 1: ``log`` holds
 #: [t̂, prune, prediction] lists. All three are read.
 STATE_VERSION = 3
-WARNINGS_KEY = "collapse_warnings"  # = hpo.record.WARNINGS_ATTR (the same list in the study)
+WARNINGS_KEY = "collapse_warnings"  # = hpo.rule.record.WARNINGS_ATTR (the same list in the study)
 #: Optuna steps per unit t̂ when the trainable reports t̂ (units "fraction"; the mirror's total then).
 T_HAT_STEPS = FRACTION_STEPS
 #: Record statuses. "stopped": ended before t̂ = COMPLETE_T_HAT, not by this scheduler.
@@ -87,7 +87,8 @@ class TrialRecord:
         t_hat: training fractions of the accepted reports (strictly increasing).
         loss: the metric at those fractions (NaN kept: it means divergence).
         progress: the progress reported at those reports, in ``units`` (or None when only t̂ is known).
-        units: what ``progress`` and ``total`` count: "tokens", "steps" or "fraction" (hpo/record.py UNITS).
+        units: what ``progress`` and ``total`` count: "tokens", "steps" or "fraction" (hpo/rule/record.py
+        UNITS).
         schedule, tau, tpp, total: the trial's controls (schedule as ``Schedule.to_dict()``; ``total`` the
             training length in ``units``). State files before ``units`` existed hold ``tokens`` and
             ``total_tokens`` (read as these, in tokens).

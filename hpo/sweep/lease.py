@@ -78,7 +78,7 @@ class SweepLease:
         if self._engine is None:
             import sqlalchemy
 
-            from collapse_hpo.hpo.trial import storage_url
+            from collapse_hpo.hpo.sweep.trial import storage_url
 
             kwargs: dict[str, Any] = {}
             if self.url.startswith("sqlite"):

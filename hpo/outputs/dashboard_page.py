@@ -5,7 +5,7 @@ timeline plots (about 1,300 px down on a 1400 px wide screen), and shows each st
 (the reference surrogate: a block of constants and bands). `page_app` wraps the dashboard's WSGI app:
 
 - the page (``/dashboard...``) gets a style sheet that puts the card of the collapse figure
-  (``hpo/dashboard.py`` ``FIGURE_ID``) first on the study page and at full width (CSS ``order`` and
+  (``hpo/outputs/dashboard.py`` ``FIGURE_ID``) first on the study page and at full width (CSS ``order`` and
   ``flex-basis``; the page's own elements are not moved, so its React code never sees a change);
 - the study's JSON (``/api/studies/<id>``) shows the reference attrs (``collapse_reference``,
   ``collapse_reference_used``) as a one-line summary (`reference_summary`): the fitted constants, the
@@ -21,8 +21,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from collapse_hpo.hpo.dashboard import FIGURE_ID
-from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR, USED_REFERENCE_ATTR
+from collapse_hpo.hpo.outputs.dashboard import FIGURE_ID
+from collapse_hpo.hpo.rule.record import STUDY_REFERENCE_ATTR, USED_REFERENCE_ATTR
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -32,7 +32,7 @@ PLOT_ELEMENT = f"user-defined-plot:{FIGURE_ID}"
 FIGURE_HEIGHT_PX = 560
 #: The study page's layout: the grid that holds the figure's card goes first, the card spans the row.
 PAGE_STYLE = f"""<style id="collapse-hpo-page">
-/* collapse-hpo (hpo/dashboard_page.py): the collapse figure first on the study page, at full width */
+/* collapse-hpo (hpo/outputs/dashboard_page.py): the collapse figure first on the study page, at full width */
 main .MuiGrid-container:has([id="{PLOT_ELEMENT}"]) {{ order: -1; }}
 main .MuiGrid-container > .MuiGrid-root:has([id="{PLOT_ELEMENT}"]) {{
   order: -1; flex-basis: 100%; max-width: 100%; width: 100%;

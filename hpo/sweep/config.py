@@ -27,7 +27,8 @@ never creates anything. Example::
     pruner: {enabled: true, min_fraction: 0.2, reference: {online: true, min_trials: 2}}
 
 A sweep may have ``stages:`` (multi-fidelity across sizes, `StageSpec`): stage 1 sweeps the space at a small
-``width``; stage 2 takes stage 1's ``top_k`` settings to the target shape (``model``). See hpo/stages.py.
+``width``; stage 2 takes stage 1's ``top_k`` settings to the target shape (``model``). See
+hpo/sweep/stages.py.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from collapse_hpo.hpo.decision import DEFAULT_MARGIN
-from collapse_hpo.hpo.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
+from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN
+from collapse_hpo.hpo.sweep.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
 from collapse_hpo.predictors.errors import EXCERPT_CHARS, InputError, clip, excerpt
 
 # Upper bounds of counts and sizes: beyond these a sweep is a typo (1e21 trials), not a plan.
@@ -166,7 +167,7 @@ class ReferenceSpec(_Strict):
       of waiting, and every decision a function of the trials alone, e.g. a resumed one-worker sweep decides
       exactly as the uninterrupted one). ``refit_growth`` (≥ 1, default 1.5): the refit schedule, a fit each
       time the count of completed trials reaches 3, 4, 6, 9, 13, ... (1: on every completion).
-    Same keys as `collapse_hpo.hpo.reference.make_reference`.
+    Same keys as `collapse_hpo.hpo.rule.reference.make_reference`.
     """
 
     surrogate: str | None = None
@@ -212,7 +213,7 @@ class ReferenceSpec(_Strict):
     @property
     def storage_ref(self) -> str | None:
         """The reference storage as written (a URL or ``${NAME}``); ``${COLLAPSE_HPO_REFERENCE_STORAGE}``
-        for a study reference without one. Resolve it with `collapse_hpo.hpo.urls.resolve_url`."""
+        for a study reference without one. Resolve it with `collapse_hpo.hpo.sweep.urls.resolve_url`."""
         if self.storage is None and self.study:
             return "${" + REFERENCE_STORAGE_ENV + "}"
         return self.storage
@@ -232,7 +233,7 @@ class ReferenceSpec(_Strict):
             return {"surrogate": str(p if p.is_absolute() else base_dir / p)}
         d: dict[str, Any] = {"online": True}
         if self.kind == "study":
-            from collapse_hpo.hpo.urls import resolve_url
+            from collapse_hpo.hpo.sweep.urls import resolve_url
 
             url = resolve_url(self.storage_ref or "", "pruner.reference.storage")
             d = {"study": self.study, "storage": url}
@@ -252,7 +253,8 @@ class ReferenceSpec(_Strict):
 
 
 class PrunerSpec(_Strict):
-    """Pruner settings (see `collapse_hpo.hpo.pruner.CollapsePruner`): ``enabled`` (``--no-prune`` turns it
+    """Pruner settings (see `collapse_hpo.hpo.optuna_side.pruner.CollapsePruner`): ``enabled``
+    (``--no-prune`` turns it
     off), ``min_fraction`` (t̂ before which nothing is judged), ``confidence``, ``keep_top_k``,
     ``comparison`` ("paired": predictions at the same fraction, the default; or "interval"), ``margin``
     (the pruner's one knob: log-ratio by which a competitor must lead at a common fraction: 0.04 = 4%),
@@ -345,7 +347,7 @@ class FaultSpec(_Strict):
 
 
 class StageSpec(_Strict):
-    """One stage of a multi-fidelity sweep (``stages:``, exactly two; hpo/stages.py runs them).
+    """One stage of a multi-fidelity sweep (``stages:``, exactly two; hpo/sweep/stages.py runs them).
 
     Stage 1 sweeps the search space at a small shape: ``width`` (required) and ``depth`` (default: the
     model's). Stage 2 trains stage 1's ``top_k`` best settings at the target shape, which is ``model`` (so it
@@ -590,12 +592,12 @@ class SweepConfig(_Strict):
     def storage_url(self, results_dir: Path) -> str:
         """The Optuna storage URL as it may be persisted: ``storage`` of the file (a URL or ``${NAME}``),
         else ``${COLLAPSE_HPO_STORAGE}`` when that variable is set, else a SQLite file ``study.db`` in the
-        results. Resolve a ``${NAME}`` with `collapse_hpo.hpo.urls.resolve_url` where it is opened."""
+        results. Resolve a ``${NAME}`` with `collapse_hpo.hpo.sweep.urls.resolve_url` where it is opened."""
         if self.storage:
             return self.storage
         if os.environ.get(STORAGE_ENV):
             return "${" + STORAGE_ENV + "}"
-        from collapse_hpo.hpo.urls import sqlite_url
+        from collapse_hpo.hpo.sweep.urls import sqlite_url
 
         return sqlite_url(results_dir / "study.db")
 

@@ -40,7 +40,7 @@ from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.timescale import no_decay_tau
 
 if TYPE_CHECKING:
-    from collapse_hpo.hpo.decision import Decision
+    from collapse_hpo.hpo.rule.decision import Decision
 
 # ---------------------------------------------------------------------------------------------- attr names
 #: What a reported step counts: tokens seen, optimizer steps, or the fraction of training t̂ (which Optuna,
@@ -69,7 +69,7 @@ SAMPLER_STEP_ATTR = "sampler_value_step"
 #: Study user attr holding the latest online reference fit.
 STUDY_REFERENCE_ATTR = "collapse_reference"
 #: Study user attr (Optuna) and state-file key (Ray scheduler): the study-level warnings said so far, a
-#: list of {key, message, trial} (hpo/judge.py ``JudgeWarning``), one per key.
+#: list of {key, message, trial} (hpo/rule/judge.py ``JudgeWarning``), one per key.
 WARNINGS_ATTR = "collapse_warnings"
 #: Study user attr holding a fixed reference surrogate the pruner judged with: ``{"label", "surrogate"}``
 #: (the label is the decision logs' ``reference``).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collapse_hpo.hpo.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
+from collapse_hpo.hpo.rule.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
 from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path, check_writable_file
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
@@ -141,7 +141,7 @@ def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:
 
 
 def _tokens(x: Any) -> str:
-    from collapse_hpo.hpo.progress import human_tokens
+    from collapse_hpo.hpo.outputs.progress import human_tokens
 
     return "-" if x is None else human_tokens(float(x))
 
@@ -160,7 +160,7 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "token
         params = " ".join(f"{k}={_fmt(v)}" for k, v in (best.get("params") or {}).items())
         lines.append(f"best: trial {best['number']} {params} final_loss={best['final_loss']:.4f}".replace(
             "  ", " "))
-    from collapse_hpo.hpo.progress import human_tokens
+    from collapse_hpo.hpo.outputs.progress import human_tokens
 
     share = f"{100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved"
     if units == "tokens":
@@ -203,7 +203,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
     """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = step / total, in its units)."""
     import numpy as np
 
-    from collapse_hpo.hpo.record import SAMPLER_STEP_ATTR
+    from collapse_hpo.hpo.rule.record import SAMPLER_STEP_ATTR
     from collapse_hpo.predictors.curves import Curve
     from collapse_hpo.predictors.schedules import Schedule
 
@@ -225,7 +225,7 @@ def trial_curves(study: optuna.Study) -> list[Any]:
 
 
 def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> Any:
-    from collapse_hpo.hpo.record import STUDY_REFERENCE_ATTR
+    from collapse_hpo.hpo.rule.record import STUDY_REFERENCE_ATTR
     from collapse_hpo.predictors.errors import InputError
     from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -237,7 +237,7 @@ def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> An
             return Surrogate.from_dict(stored["surrogate"], source="study attr")
     except InputError:
         return None
-    from collapse_hpo.hpo.dashboard import find_reference  # what the pruner or the mirror recorded
+    from collapse_hpo.hpo.outputs.dashboard import find_reference  # what the pruner or the mirror recorded
 
     return find_reference(study)[0]
 

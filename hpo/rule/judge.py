@@ -9,18 +9,20 @@ state, decision log) and returns a ``Verdict``. In order, it
 3. decides whether a judgement is due (from ``min_fraction`` on, at most once per ``judge_every`` of
    training; a diverged loss is judged at once);
 4. chooses the competitors (``competitors``: the one place that says who competes);
-5. calls ``hpo.decision.decide`` (the rule itself; never re-implemented here);
+5. calls ``hpo.rule.decision.decide`` (the rule itself; never re-implemented here);
 6. emits the one decision entry (``record.DecisionEntry``) when the decision is a judgement.
 
-The adapters only translate: hpo/pruner.py builds views from Optuna trials and writes the entry to the
-trial's user attrs; hpo/scheduler.py builds them from its Tune records and writes the entry to its state
+The adapters only translate: hpo/optuna_side/pruner.py builds views from Optuna trials and writes the entry
+to the
+trial's user attrs; hpo/ray_side/scheduler.py builds them from its Tune records and writes the entry to its
+state
 file and Optuna mirror. Nothing here imports Optuna or Ray.
 
 Example:
 
-    >>> from collapse_hpo.hpo.decision import PruneSettings
-    >>> from collapse_hpo.hpo.judge import Judge, TrialView
-    >>> from collapse_hpo.hpo.record import TrialControls
+    >>> from collapse_hpo.hpo.rule.decision import PruneSettings
+    >>> from collapse_hpo.hpo.rule.judge import Judge, TrialView
+    >>> from collapse_hpo.hpo.rule.record import TrialControls
     >>> judge = Judge(PruneSettings(min_fraction=0.2))
     >>> view = TrialView(number=0, state="running", steps=(100, 200), t_hat=(0.1, 0.2),
     ...                  loss=(4.0, float("nan")), controls=TrialControls(total=1000))
@@ -39,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_hpo.hpo.decision import (
+from collapse_hpo.hpo.rule.decision import (
     T_HAT_END,
     Competitor,
     Decision,
@@ -52,7 +54,7 @@ from collapse_hpo.hpo.decision import (
     repeat_note,
     sort_reports,
 )
-from collapse_hpo.hpo.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
+from collapse_hpo.hpo.rule.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -263,7 +265,7 @@ class ReportSummary:
 
 
 class Judge:
-    """Judge trials with the collapse rule (``hpo.decision.decide``), backend-free.
+    """Judge trials with the collapse rule (``hpo.rule.decision.decide``), backend-free.
 
     Args:
         settings: the rule's settings (``PruneSettings``: min_fraction, confidence, keep_top_k, comparison,
@@ -288,7 +290,8 @@ class Judge:
         self.settings = settings
         self.judge_every = float(judge_every)
         # The Competitor built of each other trial's latest view (by trial number), reused while an adapter
-        # hands in the same view object (hpo/pruner.py reuses the views of unchanged stored trials).
+        # hands in the same view object (hpo/optuna_side/pruner.py reuses the views of unchanged stored
+        # trials).
         self._competitors: dict[int | str, tuple[TrialView, Competitor | None]] = {}
         self._complete: dict[int | str, tuple[tuple[Any, ...], Competitor]] = {}  # see _finished
 
@@ -345,7 +348,7 @@ class Judge:
             final = float(o.final_loss)
         elif o.state == "running":
             # A running trial competes through its curve even before its first prediction: between
-            # trials with equal controls no prediction is needed (hpo/decision.py, the loss ratio).
+            # trials with equal controls no prediction is needed (hpo/rule/decision.py, the loss ratio).
             latest = latest_prediction(list(o.log))
         else:
             return None

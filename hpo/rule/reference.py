@@ -21,7 +21,7 @@ and sets the run's controls as trial user attrs ``units`` (what a step counts: t
 fraction) and ``total`` (the training length in those units; an older record's ``total_tokens`` counts as a
 total in tokens), ``schedule`` (a dict as written by ``Schedule.to_dict()``, or a kind name), ``tau`` (AdamW
 timescale, None = no weight decay) and ``tpp`` (tokens per parameter, None = not defined);
-``set_trial_controls`` in hpo/record.py writes them (names and readers of the trial record live there).
+``set_trial_controls`` in hpo/rule/record.py writes them (names and readers of the trial record live there).
 Missing ones fall back to the pruner's defaults.
 """
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_hpo.hpo.record import (
+from collapse_hpo.hpo.rule.record import (
     COMPLETE_T_HAT,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
@@ -69,7 +69,7 @@ class TrialMemo:
     ``collapse-online`` replay. Optuna's storages never change a FrozenTrial they handed out (a write replaces
     the object), so an entry is reused while the trial is the same object with the same fingerprint (state,
     number of reports and of user attrs, value), or, finished, has the same fingerprint (a finished trial
-    never changes): as hpo/pruner.py's views. Keyed by the storage's trial id and the defaults.
+    never changes): as hpo/optuna_side/pruner.py's views. Keyed by the storage's trial id and the defaults.
     """
 
     def __init__(self) -> None:
@@ -157,7 +157,8 @@ class FitCache:
     """Memo of ``fit_surrogate``: the same curves give the same surrogate, calibrated once.
 
     Exact by construction: the key is everything the fit reads of the curves, in order (name, t̂ and loss
-    as float64 bytes, schedule, τ, TPP, params). Used by the replay harness (hpo/replay.py) across trial
+    as float64 bytes, schedule, τ, TPP, params). Used by the replay harness (hpo/replays/replay.py) across
+    trial
     orders; install it with ``fit_caching(cache)``. A cached surrogate is shared: callers must not change
     it. Counts ``hits``, ``misses``, and ``set_repeats``: misses whose set of curves (ignoring names and
     order) was fitted before, i.e. what a key by the set of completed trials would have added.
@@ -418,7 +419,7 @@ class OnlineReference:
     user attrs (``collapse_reference``), where every worker and a restarted driver find it. Which fit a
     decision uses then depends on timing, like the reports of other workers do; the label in each decision
     log entry names it, so a decision is reproducible from the log. With ``refit="inline"`` (the replay
-    harness, hpo/replay.py) the fit runs in ``get`` as soon as the scheduled set changes: a decision
+    harness, hpo/replays/replay.py) the fit runs in ``get`` as soon as the scheduled set changes: a decision
     depends on the trials only, and a replay is deterministic. The tested prior is computed inline in both
     modes (milliseconds) and depends on the trials only.
     """

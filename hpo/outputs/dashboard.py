@@ -15,7 +15,8 @@
 The user attrs the pruner and the Ray scheduler write (``predicted_final_loss``, ``predicted_low``,
 ``predicted_high``, ``decision_fraction``, ``prune_reason``) are shown by the dashboard as they are.
 
-Serving it (``collapse-hpo dashboard``: who may reach it, read-only, threads) is hpo/dashboard_server.py.
+Serving it (``collapse-hpo dashboard``: who may reach it, read-only, threads) is
+hpo/outputs/dashboard_server.py.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collapse_hpo.hpo.record import (
+from collapse_hpo.hpo.rule.record import (
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
     USED_REFERENCE_ATTR,
@@ -38,7 +39,7 @@ from collapse_hpo.hpo.record import (
     stored_total,
     trial_curve,
 )
-from collapse_hpo.hpo.reference import make_reference
+from collapse_hpo.hpo.rule.reference import make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses, prediction_text
 from collapse_hpo.predictors.surrogate import Surrogate

@@ -1,7 +1,7 @@
 """Stopping a sweep from outside: Ctrl-C (SIGINT), SIGTERM and SIGHUP all stop it the same way.
 
 SIGTERM is how job schedulers, systemd and Kubernetes stop a job; SIGHUP comes when its terminal goes away.
-A driver that gets one of them while it holds the sweep's lease (`hpo.runner.run_sweep`) stops cleanly:
+A driver that gets one of them while it holds the sweep's lease (`hpo.sweep.runner.run_sweep`) stops cleanly:
 
 1. the first signal only records itself (`SweepStop.signum`); Ray Tune is told through the public
    ``tune.stopper.Stopper`` of its run config (`SweepStop.stopper`), which ends the run at its next step,
@@ -10,7 +10,8 @@ A driver that gets one of them while it holds the sweep's lease (`hpo.runner.run
    them from the start), the lease is released, the report is printed, and one line on stderr says what
    happened; the exit status is 128 + the signal's number (130, 143, 129), as a shell reports it.
 
-A storage fault (a full disk: `hpo.storage_errors`) stops the sweep the same way (`SweepStop.fault`), with
+A storage fault (a full disk: `hpo.sweep.storage_errors`) stops the sweep the same way (`SweepStop.fault`),
+with
 no signal: every trial would hit it, and none is charged an attempt for it.
 
 A second signal stops at once (`Interrupted`, a ``KeyboardInterrupt``): the trials are still marked
@@ -63,7 +64,7 @@ class SweepStop:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.last_signum: int | None = None  # the latest signal handled (a second one raises)
-        self.fault: str | None = None  # a storage fault (hpo/storage_errors.py) that stops the sweep
+        self.fault: str | None = None  # a storage fault (hpo/sweep/storage_errors.py) that stops the sweep
         self._deferring = False
 
     @property

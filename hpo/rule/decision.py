@@ -1,6 +1,6 @@
 """The pruning decision rule shared by the Optuna pruner and the Ray Tune scheduler.
 
-Stable signature (keep it; callers in hpo/pruner.py and hpo/scheduler.py depend on it)::
+Stable signature (keep it; callers in hpo/optuna_side/pruner.py and hpo/ray_side/scheduler.py depend on it)::
 
     decide(t_hat, loss, *, surrogate, schedule, tau, tpp, competitors, settings) -> Decision
 
@@ -157,7 +157,8 @@ class PruneSettings:
             later it is a floor under the surrogate's learned paired margin between trials whose controls
             differ (where the reference's winners' lead is the finer test, ``lead_margin``, that lead
             decides). A reference whose runs are told apart more finely caps it (``sweep_margin``: at most
-            ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/peers.py sweeps it.
+            ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/replays/peers.py sweeps
+            it.
     """
 
     min_fraction: float = 0.1
@@ -363,7 +364,7 @@ def pessimistic(competitor: float | Prediction | Competitor) -> float:
 def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """A trial's reports as ``decide`` reads them: reports with an invalid t̂ dropped, the rest sorted by t̂,
     the first of repeated t̂ kept; each kind of dropped report noted in ``notes``. The one cleaning of
-    reports (hpo/judge.py uses it too)."""
+    reports (hpo/rule/judge.py uses it too)."""
     bad_t = ~np.isfinite(t) | (t < 0)
     if bad_t.any():
         notes.append(invalid_note(int(bad_t.sum())))

@@ -28,9 +28,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from collapse_hpo.hpo.config import SweepConfig
-from collapse_hpo.hpo.storage_errors import StorageFault
-from collapse_hpo.hpo.urls import (
+from collapse_hpo.hpo.sweep.config import SweepConfig
+from collapse_hpo.hpo.sweep.storage_errors import StorageFault
+from collapse_hpo.hpo.sweep.urls import (
     STORAGE_ENV,
     has_password,
     mask_text,
@@ -72,7 +72,7 @@ def check_for_report(sweep: SweepConfig, results: Path, storage_url: str) -> Non
 
 def check_secrets(sweep: SweepConfig) -> None:
     """A password written in the sweep file can reach a local Ray's workers only through this process's
-    environment (`collapse_hpo.hpo.urls.hide_url`); a remote cluster would need it on disk: refused."""
+    environment (`collapse_hpo.hpo.sweep.urls.hide_url`); a remote cluster would need it on disk: refused."""
     if not sweep.executor.address:
         return
     urls = (("storage", sweep.storage), ("pruner.reference.storage", sweep.pruner.reference.storage))
@@ -102,8 +102,8 @@ def corners(sweep: SweepConfig) -> list[dict[str, Any]]:
 
 def check_trials(sweep: SweepConfig) -> None:
     """Each corner trial builds a valid `TrainConfig`, trains at least one full batch, and fits in memory."""
-    from collapse_hpo.hpo.space import space_for_sweep
-    from collapse_hpo.hpo.trial import train_config
+    from collapse_hpo.hpo.sweep.space import space_for_sweep
+    from collapse_hpo.hpo.sweep.trial import train_config
     from collapse_hpo.trainers.config import plan
 
     where = sweep.source or "<sweep>"
@@ -242,7 +242,7 @@ def slots(sweep: SweepConfig, cpus: float, gpus: float) -> int:
 
 def check_local_resources(sweep: SweepConfig) -> None:
     """For a local Ray (no executor address) the cluster's size is known from the file: check that a trial
-    fits. A remote cluster is checked once connected (`collapse_hpo.hpo.runner`)."""
+    fits. A remote cluster is checked once connected (`collapse_hpo.hpo.sweep.runner`)."""
     ex = sweep.executor
     if not ex.address:
         gpus = math.inf if ex.num_gpus is None else float(ex.num_gpus)
@@ -253,7 +253,7 @@ def check_local_resources(sweep: SweepConfig) -> None:
 def check_reference(sweep: SweepConfig, prune: bool) -> None:
     """The pruner's reference can be used: a surrogate file loads (through the pruner itself); a study
     reference's storage answers and holds the study. Nothing is checked when pruning is off."""
-    from collapse_hpo.hpo.trial import build_pruner
+    from collapse_hpo.hpo.sweep.trial import build_pruner
 
     if not (prune and sweep.pruner.enabled):
         return
@@ -319,7 +319,7 @@ def check_results_dir(sweep: SweepConfig, results: Path) -> None:
     except InputError as err:
         raise InputError(f"{sweep.source}: {err}; choose another results folder (--results DIR)") from None
     if results.is_dir():  # the report's files, written at the end: refused now, not after the sweep
-        from collapse_hpo.hpo.report import check_report_outputs
+        from collapse_hpo.hpo.outputs.report import check_report_outputs
 
         try:
             check_report_outputs(results)
@@ -348,7 +348,7 @@ def check_sqlite_integrity(path: Path) -> None:
     (milliseconds for a sweep's study.db)."""
     import sqlite3
 
-    from collapse_hpo.hpo.storage_errors import DAMAGED_ADVICE, classify
+    from collapse_hpo.hpo.sweep.storage_errors import DAMAGED_ADVICE, classify
 
     try:
         from urllib.parse import quote
@@ -374,7 +374,7 @@ def check_sqlite_integrity(path: Path) -> None:
 def _engine(url: str) -> Any:
     import sqlalchemy
 
-    from collapse_hpo.hpo.trial import storage_url
+    from collapse_hpo.hpo.sweep.trial import storage_url
 
     url = storage_url(url)
     kwargs: dict[str, Any] = {}

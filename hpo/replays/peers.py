@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_hpo.hpo.replay import STEP_SCALE, ReplayPruner, Sweep
+from collapse_hpo.hpo.replays.replay import STEP_SCALE, ReplayPruner, Sweep
 
 PrunerFactory = Callable[[], ReplayPruner]
 
@@ -436,17 +436,18 @@ def load_surrogate(*, surrogate: str | None = None, reference: str | None = None
 
 def _set_controls(trial: Any, curve: Any) -> None:
     """The trial's controls as the CollapsePruner reads them: a step is t̂ in STEP_SCALE-ths of training."""
-    from collapse_hpo.hpo.record import set_trial_controls
+    from collapse_hpo.hpo.rule.record import set_trial_controls
 
     set_trial_controls(trial, units="steps", total=STEP_SCALE, schedule=curve.schedule, tau=curve.tau,
                        tpp=curve.tpp)
 
 
 def collapse_factory(name: str, reference: Any, **settings: Any) -> PrunerFactory:
-    """Our CollapsePruner (hpo/pruner.py) with ``reference`` (a Surrogate, or "online") and its settings."""
+    """Our CollapsePruner (hpo/optuna_side/pruner.py) with ``reference`` (a Surrogate, or "online") and its
+    settings."""
 
     def build(sweep: Sweep) -> Any:
-        from collapse_hpo.hpo.pruner import CollapsePruner
+        from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
         return CollapsePruner(reference=reference, **settings)
 
@@ -476,7 +477,7 @@ DESCRIPTIONS["collapse-online"] = (
     "CollapsePruner(reference='online'): fitted on the sweep's completed trials (the builtin prior, tested "
     "on the sweep's curves, until then)"
 )
-#: The replay's online reference: refitted inline, so a replay is deterministic (hpo/reference.py).
+#: The replay's online reference: refitted inline, so a replay is deterministic (hpo/rule/reference.py).
 ONLINE_REPLAY = {"online": True, "refit": "inline"}
 
 
@@ -492,7 +493,8 @@ def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
 
 
 # ---------------------------------------------------------------------------------------------- frontiers
-#: Each pruner family's own knobs, swept by ``collapse-hpo replay --frontier`` (hpo/frontier.py): family ->
+#: Each pruner family's own knobs, swept by ``collapse-hpo replay --frontier`` (hpo/replays/frontier.py):
+#: family ->
 #: knob -> the values tried; a family's settings are every combination. The one place these grids live.
 #: Resources (min_resource, grace_period, n_warmup_steps) are in thousandths of training (t_permille), the
 #: same for every sweep. The grids were set before any frontier was drawn: each spans its library's default

@@ -4,13 +4,13 @@ The driver asks the study for a trial (so the sampler runs once, seeded, in one 
 config naming the storage, the study and the trial number. On a Ray worker, `trial_function`:
 
 1. opens the study in the storage and the trial by its number (``optuna.trial.Trial(study, trial_id)``);
-2. derives λ from the held τ (`collapse_hpo.hpo.space`), builds a `TrainConfig` and writes the trial's
+2. derives λ from the held τ (`collapse_hpo.hpo.sweep.space`), builds a `TrainConfig` and writes the trial's
    controls as user attrs (params, weight_decay, tau, tpp, total_tokens, schedule, seed, params);
 3. trains; every `Report` records an Optuna heartbeat, goes to Optuna (``trial.report(loss, tokens)`` then
    ``trial.should_prune()``) and to Ray Tune (``ray.tune.report``);
 4. ends the trial itself: PRUNED (the pruner has written the predicted final loss), COMPLETE with the final
    loss, or FAIL with the error recorded (``error``, ``traceback`` user attrs). It never raises for a failed
-   run, so the sweep goes on; a worker that dies outright is failed by the driver (`hpo.runner`).
+   run, so the sweep goes on; a worker that dies outright is failed by the driver (`hpo.sweep.runner`).
 
 `run_trial` is the same function without Ray (``tune_report=None``), for tests and plain scripts.
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collapse_hpo.hpo.config import SweepConfig
+from collapse_hpo.hpo.sweep.config import SweepConfig
 
 if TYPE_CHECKING:
     import optuna
@@ -37,7 +37,8 @@ CONFIG_KEYS = ("sweep", "storage", "study", "number", "prune", "results")
 # User attr with the id of the Ray node that ran the trial (see `_record_ray_node`).
 RAY_NODE_ATTR = "ray_node_id"
 # Key of the Ray Tune result by which a worker tells the driver that the storage failed (a full disk, a
-# damaged database: hpo/storage_errors.py); the driver then stops the sweep, charging no trial an attempt.
+# damaged database: hpo/sweep/storage_errors.py); the driver then stops the sweep, charging no trial an
+# attempt.
 STORAGE_FAULT_KEY = "storage_fault"
 
 
@@ -55,7 +56,7 @@ def storage_url(url: str) -> str:
     import importlib.util
 
     from collapse_hpo.hpo.extras import install_hint, missing
-    from collapse_hpo.hpo.urls import mask_url, resolve_url
+    from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url
     from collapse_hpo.predictors.errors import InputError
 
     url = resolve_url(url, "storage")
@@ -95,7 +96,7 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
 
     if not (prune and sweep.pruner.enabled):
         return optuna.pruners.NopPruner()
-    from collapse_hpo.hpo.pruner import CollapsePruner
+    from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
     p = sweep.pruner
     return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
@@ -124,7 +125,7 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
                  fault: Any = None) -> tuple[TrainConfig, dict[str, Any]]:
     """The `TrainConfig` of a trial with sampled ``params`` and training ``seed``, and its derived
     hyperparameters (lr, batch_tokens, weight_decay λ, tau τ, total_tokens D, tpp, schedule, ...)."""
-    from collapse_hpo.hpo.space import space_for_sweep
+    from collapse_hpo.hpo.sweep.space import space_for_sweep
     from collapse_hpo.predictors.schedules import Schedule
     from collapse_hpo.trainers.config import TrainConfig, plan
 
@@ -219,7 +220,7 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     """
     import optuna
 
-    from collapse_hpo.hpo import storage_errors
+    from collapse_hpo.hpo.sweep import storage_errors
     from collapse_hpo.trainers.train import train
 
     storage_errors.watch()
@@ -327,7 +328,7 @@ def _record_failure(study: Any, number: int, trial_id: int, storage: Any, err: B
     """Write the error (type, message, traceback, tokens trained) to the trial and end it FAIL."""
     import optuna
 
-    from collapse_hpo.hpo.urls import mask_text
+    from collapse_hpo.hpo.sweep.urls import mask_text
 
     first = (str(err).strip().splitlines() or [""])[0][:500]
     try:

@@ -187,8 +187,7 @@ MAX_RUN_ROWS = 20_000
 #: its row of largest t̂ with a finite loss and its row of largest t̂ (an lr-only row), and the run keeps its
 #: first row of peak lr, so at most 2 · DOWNSAMPLE_BINS + 1 points. 1/4000 of training is 4x finer than the
 #: finest report grid (`hpo.replays.replay.STEP_SCALE`: 1/1000), and the last loss, the peak lr, the
-#: divergence
-#: point and the lr rounding rule (computed over every row) are those of the whole run.
+#: divergence point and the lr rounding rule (computed over every row) are those of the whole run.
 DOWNSAMPLE_BINS = 4000
 #: A read that takes longer than this (seconds) reports its progress every PROGRESS_EVERY_S seconds.
 PROGRESS_AFTER_S = 2.0

@@ -17,8 +17,7 @@ MISFIT_LIMIT and applied around every level the curve may end at: the prediction
 threshold were chosen on our development curves, never on external data (BENCHMARKS.md, "Shown intervals").
 
 The decision rule (hpo/rule/decision.py) is untouched by all of this: it uses the learned band, as before.
-Only
-what is shown on screen changes. The wording of the flag lives here, once (``NOT_COLLAPSING``,
+Only what is shown on screen changes. The wording of the flag lives here, once (``NOT_COLLAPSING``,
 ``misfit_note``, ``prediction_text``).
 """
 

@@ -1,10 +1,9 @@
 """A prior surrogate, tested on a sweep's own partial curves: predictions before any trial has finished.
 
 An online reference (hpo/rule/reference.py) calibrates on the sweep's completed trials, so until
-``min_trials``
-have finished it has nothing to predict with. The prior fills that gap: a surrogate that exists before the
-sweep (``BUILTIN_PRIOR``, calibrated on the development collapse family, or any calibrated JSON), whose
-shape is checked against the sweep's own curves as far as they go.
+``min_trials`` have finished it has nothing to predict with. The prior fills that gap: a surrogate that exists
+before the sweep (``BUILTIN_PRIOR``, calibrated on the development collapse family, or any calibrated JSON),
+whose shape is checked against the sweep's own curves as far as they go.
 
 The check (``prior_for_sweep``): each curve that reached t̂ = R ≥ ``MIN_REACH`` (running, pruned or complete)
 is predicted from its first half, f = R/2, with the prior, and the level the prior then expects over its last

@@ -1,6 +1,6 @@
 """The dashboard's study page (hpo/outputs/dashboard_page.py): the collapse figure first and at full width,
-its legend
-outside the data, and the reference surrogate as a one-line summary instead of its raw JSON (issue 21).
+its legend outside the data, and the reference surrogate as a one-line summary instead of its raw JSON (issue
+21).
 
 A real 20-trial study (plain Optuna objective, the CollapsePruner, trials at three τ: a legend of 23
 entries, taller than the plot) is served by the real `collapse-hpo dashboard` and read by Debian's

@@ -23,7 +23,8 @@ from readme_util import readme_block
 
 REPO = Path(__file__).resolve().parents[1]
 #: What the wheel is built from (a copy, so the build writes nothing into the repository).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "hpo", "predictors", "trainers", "kernels")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "collapse_hpo", "hpo", "predictors", "trainers",
+           "kernels")
 #: Modules of the extras: none may be installed by the core, nor imported by the core's paths.
 HEAVY = ("torch", "triton", "ray", "matplotlib", "plotly", "optuna_dashboard", "psycopg", "psycopg2")
 WHEELS = Path("/opt/wheels")  # a local wheel folder, used as the Makefile uses it when it exists
@@ -64,7 +65,9 @@ def installed(tmp_path_factory):
     import zipfile
 
     inside = set(zipfile.ZipFile(wheel).namelist())
-    sources = {f"collapse_hpo/{p.relative_to(REPO).as_posix()}" for name in SOURCES if (REPO / name).is_dir()
+    # the folders as installed: collapse_hpo/ is the namespace itself, the others are mapped under it
+    sources = {("" if name == "collapse_hpo" else "collapse_hpo/") + p.relative_to(REPO).as_posix()
+               for name in SOURCES if (REPO / name).is_dir()
                for pattern in ("*.py", "*.json") for p in (REPO / name).rglob(pattern)}
     # every module and data file of the repository is in the wheel (a new sub-package must be listed in
     # pyproject.toml's packages, a data file in its package-data: the online reference's builtin prior)
@@ -195,7 +198,21 @@ def test_core_import_paths_load_no_heavy_module():
     probe = ("import sys; import collapse_hpo.hpo.optuna_side.pruner; "
              "from collapse_hpo.hpo.cli import build_parser; "
              "build_parser().format_help(); "
+             "from collapse_hpo import CollapsePruner, set_trial_controls, calibrate, forecast; "
              f"print([m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_public_face_on_the_core_install(installed):
+    """``from collapse_hpo import ...`` on the core install: the pruner and the predictors load; the Ray
+    scheduler says which extra it needs (no traceback from inside Ray's absence)."""
+    bin_dir, work = installed
+    probe = ("import collapse_hpo; from collapse_hpo import CollapsePruner, set_trial_controls, calibrate, "
+             "forecast, PruneSettings; CollapsePruner(reference='online')\n"
+             "try:\n    from collapse_hpo import CollapseScheduler\nexcept ImportError as err:\n"
+             "    print(err)")
+    out = _run([str(bin_dir / "python"), "-c", probe], cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pip install 'collapse-hpo[ray]'" in out.stdout, out.stdout

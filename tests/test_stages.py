@@ -1,6 +1,6 @@
 """Sweeps with ``stages:`` (hpo/sweep/stages.py), without training: validation, the transfer, stage 2's pruner
-and
-reference, the stages report (transfer table, ρ, compute). The end-to-end runs are in test_cli_stages.py."""
+and reference, the stages report (transfer table, ρ, compute). The end-to-end runs are in
+test_cli_stages.py."""
 
 from __future__ import annotations
 

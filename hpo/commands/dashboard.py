@@ -2,11 +2,9 @@
 
 Before serving, the sweep's study gets a fresh collapsed-curves figure and per-trial prediction notes
 (hpo/outputs/dashboard.py ``publish``), so a running sweep shows its current state. Prints the URL, then
-serves until
-Ctrl-C. Listens on 127.0.0.1; another ``--host`` (reachable from other machines) is refused unless
-``--allow-remote`` is given, and is then read-only unless ``--no-read-only``
-(hpo/outputs/dashboard_server.py). The
-host is checked before anything is published.
+serves until Ctrl-C. Listens on 127.0.0.1; another ``--host`` (reachable from other machines) is refused
+unless ``--allow-remote`` is given, and is then read-only unless ``--no-read-only``
+(hpo/outputs/dashboard_server.py). The host is checked before anything is published.
 """
 
 from __future__ import annotations

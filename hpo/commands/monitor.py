@@ -9,10 +9,10 @@ training loss) raises the alarm at that point: "diverged". Exit status 1 when an
 2 on bad input, 3 when ``--follow`` stopped at its ``--timeout`` or ``--idle`` limit before the runs ended.
 
 With ``--follow`` it reads the rows the run appends (`hpo.outputs.follow.FollowedCurves`: a half-written last
-row is
-waited for, a truncated or rotated file is followed like ``tail -F``, a missing one is waited for) every
-``--interval`` seconds until every run has reached t̂ = 1 (its last row, with or without a loss) or diverged,
-an alarm fired, ``--timeout`` seconds passed, or no new row came for ``--idle`` seconds (default 3600).
+row is waited for, a truncated or rotated file is followed like ``tail -F``, a missing one is waited for)
+every ``--interval`` seconds until every run has reached t̂ = 1 (its last row, with or without a loss) or
+diverged, an alarm fired, ``--timeout`` seconds passed, or no new row came for ``--idle`` seconds (default
+3600).
 """
 
 from __future__ import annotations

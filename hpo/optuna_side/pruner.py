@@ -67,13 +67,11 @@ class CollapsePruner(BasePruner):
     learned paired error (``pair_bands``, never below ``margin``) as the margin, except during the trial's
     first judgements (t̂ ≤ 1.5 × ``min_fraction``), where every competitor is compared by the loss ratio with
     ``margin`` as the whole margin (hpo/rule/decision.py, ``EARLY_JUDGEMENT``), and except where the
-    reference's
-    best runs were led by less than that (``lead_bands``; then by the loss ratio with twice that lead as the
-    margin, ``decision.lead_margin``). With ``"interval"`` the
-    trial's optimistic bound ``low`` is compared with each competitor's pessimistic final loss (a completed
-    trial's value, a running trial's predicted ``high``). Either way the trial is pruned when ``keep_top_k``
-    competitors are confidently going to end better. A NaN, inf or non-positive loss prunes at once. The
-    study must minimize the loss.
+    reference's best runs were led by less than that (``lead_bands``; then by the loss ratio with twice that
+    lead as the margin, ``decision.lead_margin``). With ``"interval"`` the trial's optimistic bound ``low`` is
+    compared with each competitor's pessimistic final loss (a completed trial's value, a running trial's
+    predicted ``high``). Either way the trial is pruned when ``keep_top_k`` competitors are confidently going
+    to end better. A NaN, inf or non-positive loss prunes at once. The study must minimize the loss.
 
     Step convention: the objective reports ``trial.report(loss, step=progress)`` with progress in
     ``units``: tokens seen ("tokens", the default), optimizer steps ("steps", e.g. Hugging Face's

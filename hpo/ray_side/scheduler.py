@@ -3,8 +3,7 @@
 Add it to any ``Tuner(...)`` (any search algorithm). It reads the metric (a training loss) and the training
 fraction t̂ from each reported result, predicts each trial's final loss from its partial curve with the same
 rule as the Optuna ``CollapsePruner`` (``hpo.rule.decision.decide``), and returns ``STOP`` for trials that
-will
-confidently not win::
+will confidently not win::
 
     from ray import tune
     from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
@@ -191,9 +190,8 @@ class CollapseScheduler(FIFOScheduler):
             study then ranks pruned trials by their prediction, so a bad prediction steers it. Needs a mirror.
 
     Who competes, when a judgement is due and the decision entry are the judge's (hpo/rule/judge.py), the
-    same as
-    the Optuna ``CollapsePruner``'s: only trials of this session count, complete ones by their final loss and
-    running ones by their latest logged prediction.
+    same as the Optuna ``CollapsePruner``'s: only trials of this session count, complete ones by their final
+    loss and running ones by their latest logged prediction.
     """
 
     def __init__(

@@ -88,8 +88,8 @@ class TrialRecord:
         loss: the metric at those fractions (NaN kept: it means divergence).
         progress: the progress reported at those reports, in ``units`` (or None when only t̂ is known).
         units: what ``progress`` and ``total`` count: "tokens", "steps" or "fraction" (hpo/rule/record.py
-        UNITS).
-        schedule, tau, tpp, total: the trial's controls (schedule as ``Schedule.to_dict()``; ``total`` the
+        UNITS). schedule, tau, tpp, total: the trial's controls (schedule as ``Schedule.to_dict()``; ``total``
+        the
             training length in ``units``). State files before ``units`` existed hold ``tokens`` and
             ``total_tokens`` (read as these, in tokens).
         decision: the latest decision's user attrs (``prune_reason`` always; ``error`` after a failure).

@@ -2,8 +2,7 @@
 
 A pruner's default is one point; a user picks the setting that saves the most at the regret they accept.
 ``frontier`` replays a sweep (hpo/replays/replay.py, the same random trial orders for every setting) through
-every
-setting of each family's grid (``peers.FRONTIER_KNOBS``) and returns one ``FrontierPoint`` per setting:
+every setting of each family's grid (``peers.FRONTIER_KNOBS``) and returns one ``FrontierPoint`` per setting:
 
 - compute: mean share of the unpruned sweep's tokens (equal token budgets: of its report steps);
 - regret: mean relative regret over the orders (best kept final loss minus the best final loss, over the

@@ -494,11 +494,10 @@ def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
 
 # ---------------------------------------------------------------------------------------------- frontiers
 #: Each pruner family's own knobs, swept by ``collapse-hpo replay --frontier`` (hpo/replays/frontier.py):
-#: family ->
-#: knob -> the values tried; a family's settings are every combination. The one place these grids live.
-#: Resources (min_resource, grace_period, n_warmup_steps) are in thousandths of training (t_permille), the
-#: same for every sweep. The grids were set before any frontier was drawn: each spans its library's default
-#: or the setting of ``PEERS`` to both sides, no value was chosen on a replay.
+#: family -> knob -> the values tried; a family's settings are every combination. The one place these grids
+#: live. Resources (min_resource, grace_period, n_warmup_steps) are in thousandths of training (t_permille),
+#: the same for every sweep. The grids were set before any frontier was drawn: each spans its library's
+#: default or the setting of ``PEERS`` to both sides, no value was chosen on a replay.
 #:
 #: - sha / hyperband (Optuna) and asha (Ray): reduction factor and grace (the first rung);
 #: - percentile (Optuna PercentilePruner; percentile 50 is MedianPruner): percentile and warm-up (4 startup

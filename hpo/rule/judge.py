@@ -13,10 +13,8 @@ state, decision log) and returns a ``Verdict``. In order, it
 6. emits the one decision entry (``record.DecisionEntry``) when the decision is a judgement.
 
 The adapters only translate: hpo/optuna_side/pruner.py builds views from Optuna trials and writes the entry
-to the
-trial's user attrs; hpo/ray_side/scheduler.py builds them from its Tune records and writes the entry to its
-state
-file and Optuna mirror. Nothing here imports Optuna or Ray.
+to the trial's user attrs; hpo/ray_side/scheduler.py builds them from its Tune records and writes the entry to
+its state file and Optuna mirror. Nothing here imports Optuna or Ray.
 
 Example:
 

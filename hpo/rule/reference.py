@@ -158,10 +158,9 @@ class FitCache:
 
     Exact by construction: the key is everything the fit reads of the curves, in order (name, t̂ and loss
     as float64 bytes, schedule, τ, TPP, params). Used by the replay harness (hpo/replays/replay.py) across
-    trial
-    orders; install it with ``fit_caching(cache)``. A cached surrogate is shared: callers must not change
-    it. Counts ``hits``, ``misses``, and ``set_repeats``: misses whose set of curves (ignoring names and
-    order) was fitted before, i.e. what a key by the set of completed trials would have added.
+    trial orders; install it with ``fit_caching(cache)``. A cached surrogate is shared: callers must not
+    change it. Counts ``hits``, ``misses``, and ``set_repeats``: misses whose set of curves (ignoring names
+    and order) was fitted before, i.e. what a key by the set of completed trials would have added.
     """
 
     def __init__(self) -> None:

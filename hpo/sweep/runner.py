@@ -10,9 +10,9 @@ Architecture (why it is shaped like this):
   unpruned sweep and an interrupted-then-resumed sweep train exactly the same hyperparameters. TPE asks live.
 - **Each Ray trial is one Optuna trial.** The Tune config names the storage, the study and the trial number;
   the worker (`collapse_hpo.hpo.sweep.trial.trial_function`) opens the trial there, trains, reports to Optuna
-  and
-  Tune, and ends the trial itself (COMPLETE / PRUNED / FAIL). Everything a restart needs is in the storage:
-  curves (intermediate values, step = tokens), controls and pruner decisions (user attrs), heartbeats.
+  and Tune, and ends the trial itself (COMPLETE / PRUNED / FAIL). Everything a restart needs is in the
+  storage: curves (intermediate values, step = tokens), controls and pruner decisions (user attrs),
+  heartbeats.
 - **Failures.** A trial that raises ends FAIL with its error recorded by the worker; a worker that dies
   (killed, out of memory) is failed by the driver with Ray's error. Either way the sweep goes on, and the
   trial's slot (draw, seed) is tried again while it has retries left (``retries`` in the YAML): a new Optuna
@@ -582,8 +582,7 @@ def _init_ray(sweep: SweepConfig) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "1")
     # Ctrl-C is handled like SIGTERM and SIGHUP (hpo/sweep/stop.py): Ray Tune's own SIGINT handler would let
-    # the
-    # driver exit 0 from a stopped sweep.
+    # the driver exit 0 from a stopped sweep.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     ex = sweep.executor
     common: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
@@ -656,8 +655,8 @@ def _killed_pids(message: str) -> set[int]:
 def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress: Progress) -> LaunchResult:
     """Run the study's remaining trials on Ray Tune until every slot is done (or out of retries), or until
     the sweep is stopped (a signal: hpo/sweep/stop.py; `common_error`; a worker killed by Ray's memory
-    monitor).
-    Raises `StorageFault` when the storage failed (a full disk), leaving the running trials to the caller."""
+    monitor). Raises `StorageFault` when the storage failed (a full disk), leaving the running trials to the
+    caller."""
     import optuna
     import ray
     from ray import tune

@@ -11,8 +11,7 @@ A driver that gets one of them while it holds the sweep's lease (`hpo.sweep.runn
    happened; the exit status is 128 + the signal's number (130, 143, 129), as a shell reports it.
 
 A storage fault (a full disk: `hpo.sweep.storage_errors`) stops the sweep the same way (`SweepStop.fault`),
-with
-no signal: every trial would hit it, and none is charged an attempt for it.
+with no signal: every trial would hit it, and none is charged an attempt for it.
 
 A second signal stops at once (`Interrupted`, a ``KeyboardInterrupt``): the trials are still marked
 interrupted and the lease released on the way out. Outside the lease (reading the file, the report), a

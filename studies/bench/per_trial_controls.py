@@ -82,13 +82,12 @@ class DirectCollapse:
     """Our CollapsePruner's judgements in a replay, without the Optuna study around them.
 
     The same ``Judge`` (hpo/rule/judge.py) and rule (hpo/rule/decision.py) as ``peers.collapse_factory``, fed
-    the same
-    trial views: trials numbered in start order, steps in thousandths of training (t̂ = step / 1000), controls
-    as ``set_trial_controls`` stores them (the schedule through its dict), decision entries through their
-    stored form, competitors in trial-number order. What it skips is the in-memory Optuna storage, which
+    the same trial views: trials numbered in start order, steps in thousandths of training (t̂ = step / 1000),
+    controls as ``set_trial_controls`` stores them (the schedule through its dict), decision entries through
+    their stored form, competitors in trial-number order. What it skips is the in-memory Optuna storage, which
     rebuilds every trial's record at every judgement and takes most of the replay time on 48-trial sweeps.
-    ``tests/test_bench_per_trial_controls.py`` checks that it stops every trial at the same report as the
-    real pruner. A fixed surrogate only (``collapse-online`` needs the study: use the peers' factory).
+    ``tests/test_bench_per_trial_controls.py`` checks that it stops every trial at the same report as the real
+    pruner. A fixed surrogate only (``collapse-online`` needs the study: use the peers' factory).
     """
 
     def __init__(self, name: str, surrogate: Any, **settings: Any) -> None:

@@ -14,8 +14,7 @@ zero, stdlib byte corpus, CompleteP), each with an LR sweep and a batch-size swe
 
 Each sweep is replayed in ``--orders`` random trial orders with ``--workers`` concurrent trials and 50
 report points per trial (hpo/replays/replay.py). Compute = tokens trained / tokens of the unpruned sweep;
-regret =
-best final loss among trials that ran to the end minus the best of all, relative to the best.
+regret = best final loss among trials that ran to the end minus the best of all, relative to the best.
 
 Reference compute, counted honestly: with τ held, every trial of a sweep has equal controls (τ, TPP,
 schedule), so the rule compares their losses at equal t̂ directly and needs no reference (none of the

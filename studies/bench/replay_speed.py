@@ -11,10 +11,9 @@ first bullet makes it optional). The collapse pruners that need a reference get 
 curves of the same generator (another seed); calibration is not timed.
 
 Timed: ``replay`` (hpo/replays/replay.py) of the sweep in ``--orders`` random orders with 4 concurrent
-workers, for
-each pruner of ``collapse-hpo replay --pruner list`` (conformal needs the optional ``surestop`` package),
-with ``--jobs`` processes where the code has them. Wall and CPU seconds (this process and its workers)
-per pruner and in total.
+workers, for each pruner of ``collapse-hpo replay --pruner list`` (conformal needs the optional ``surestop``
+package), with ``--jobs`` processes where the code has them. Wall and CPU seconds (this process and its
+workers) per pruner and in total.
 
 ``--compare DIR`` also times the code of another checkout (e.g. ``/work/main``: read only, imported through
 a temporary folder of links) on the first ``--before-orders`` of the same orders, one process, and checks

@@ -12,10 +12,9 @@ Three parts, one command (``.venv/bin/python studies/bench/shown_intervals.py``)
 2. **replay** (development sweeps, trained to the end, so the truth is known): every sweep of section 5 of
    BENCHMARKS.md (each seed alone) plus ``lr_high`` (the LR sweep of seed 0 with the high-LR runs added) is
    replayed through the ``collapse`` and ``collapse-online`` pruners (hpo/replays/replay.py, 4 workers, 50
-   reports).
-   For every prune decision with a prediction: is the true final loss inside the interval shown *before*
-   this change (the learned band, which the decision rule still uses: ``rule_low``..``rule_high``) and
-   *after* (``predicted_low``..``predicted_high``)? And how many were flagged?
+   reports). For every prune decision with a prediction: is the true final loss inside the interval shown
+   *before* this change (the learned band, which the decision rule still uses: ``rule_low``..``rule_high``)
+   and *after* (``predicted_low``..``predicted_high``)? And how many were flagged?
 3. **external** (out of sample, never used for a choice): the same count on the mpl_luo2025 schedule sweeps
    (reference: the other sizes) and qiu_supercollapse chess (collapse-online only), read from
    ../shared/extdata by path when it is there.

@@ -74,7 +74,7 @@ HPO_ROOMS: dict[str, set[str]] = {
     "outputs": {"rule", "extras"},
     "replays": {"rule", "optuna_side", "extras"},
     "sweep": {"rule", "optuna_side", "outputs", "replays", "extras"},
-    "ray_side": {"rule", "sweep"},
+    "ray_side": {"rule", "optuna_side", "sweep"},
     "integrations": {"rule"},
     "commands": {"rule", "optuna_side", "ray_side", "sweep", "outputs", "replays", "extras"},
     "cli": {"commands", "sweep"},

@@ -2,10 +2,10 @@
 
 Each use has a comment at its call site saying why no public API serves:
 
-- hpo/optuna_side/pruner.py ``_storage_of``: ``Study._storage`` and ``FrozenTrial._trial_id`` (a pruner must
-write its
-  decision to the trial; Optuna gives a pruner only ``(study, FrozenTrial)`` and does not persist pruners);
-- hpo/ray_side/scheduler.py ``_storage`` and ``_trial_id``: the same, for the Optuna mirror of Tune trials;
+- hpo/optuna_side/store.py ``storage_of`` and ``trial_id_of``: ``Study._storage`` and
+  ``FrozenTrial._trial_id``, for the pruner (it must write its decision to the trial; Optuna gives a
+  pruner only ``(study, FrozenTrial)`` and does not persist pruners) and for the Ray scheduler's Optuna
+  mirror of Tune trials (it writes to a trial by id); the pruner and the scheduler read neither directly;
 - hpo/ray_side/scheduler.py ``_default_state_paths``: Tune's ``Trial.storage`` (``StorageContext``) paths;
 - hpo/sweep/runner.py ``_heartbeat_ages``: ``optuna.storages._rdb.models`` (heartbeat ages, trials never
 beating);
@@ -18,12 +18,14 @@ Trial).
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import optuna
 import pytest
 
-from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, _storage_of
-from collapse_hpo.hpo.ray_side.scheduler import _storage, _trial_id
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+from collapse_hpo.hpo.optuna_side.store import storage_of, trial_id_of
 from collapse_hpo.hpo.rule.record import DECISIONS_ATTR
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 
@@ -32,11 +34,17 @@ def test_study_storage_and_frozen_trial_id_still_write_to_the_trial():
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
     trial = study.ask()
     frozen = study.get_trials(deepcopy=False)[0]
-    storage, trial_id = _storage_of(study, frozen)
-    assert storage is _storage(study) and trial_id == _trial_id(frozen)
+    storage, trial_id = storage_of(study), trial_id_of(frozen)
     storage.set_trial_user_attr(trial_id, "probe", 1)
     assert study.get_trials()[0].user_attrs["probe"] == 1
     assert storage.get_trial(trial_id).number == trial.number
+
+
+def test_the_pruner_and_the_mirror_reach_them_only_through_the_store():
+    root = Path(__file__).resolve().parents[1] / "hpo"
+    for path in (root / "optuna_side" / "pruner.py", root / "ray_side" / "scheduler.py"):
+        found = re.findall(r"\._(?:storage|trial_id)\b", path.read_text())
+        assert not found, f"{path.name} reads {found}: use hpo/optuna_side/store.py's storage_of/trial_id_of"
 
 
 def test_the_pruner_writes_its_log_through_those_apis():
@@ -54,7 +62,7 @@ def test_rdb_heartbeat_models_still_give_heartbeat_ages(tmp_path):
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hb.db'}", heartbeat_interval=60)
     study = optuna.create_study(storage=storage, study_name="hb")
     beating, silent = study.ask(), study.ask()
-    storage.record_heartbeat(_trial_id(study.get_trials()[beating.number]))
+    storage.record_heartbeat(trial_id_of(study.get_trials()[beating.number]))
     ages = _heartbeat_ages(storage, storage.get_study_id_from_name("hb"))
     by_number = {storage.get_trial(tid).number: age for tid, age in ages.items()}
     assert by_number[silent.number] is None

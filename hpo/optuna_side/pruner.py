@@ -20,6 +20,7 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from collapse_hpo.hpo.optuna_side import store
 from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN, PruneSettings
 from collapse_hpo.hpo.rule.judge import (
     STARTUP_WARNING,
@@ -35,8 +36,6 @@ from collapse_hpo.hpo.rule.judge import (
 from collapse_hpo.hpo.rule.record import (
     CONTROL_ATTRS,
     CONTROL_READ_ATTRS,
-    DECISIONS_ATTR,
-    PRUNE_REASON_ATTR,
     SAMPLER_STEP_ATTR,
     USED_REFERENCE_ATTR,
     DecisionEntry,
@@ -294,7 +293,7 @@ class CollapsePruner(BasePruner):
             raise InputError(
                 "CollapsePruner: the study must minimize the loss (create_study(direction='minimize'))"
             )
-        storage, trial_id = _storage_of(study, trial)
+        storage, trial_id = store.storage_of(study), store.trial_id_of(trial)
         key = (id(storage), trial_id)
         known = self._known.get(key) if trial.state == TrialState.RUNNING else None
         if known is not None:
@@ -366,7 +365,7 @@ class CollapsePruner(BasePruner):
         out: list[TrialView] = []
         append = out.append
         for t in trials:
-            hit = cache.get(_trial_id_of(t))
+            hit = cache.get(store.trial_id_of(t))
             fingerprint = (t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
             # A finished trial never changes (Optuna refuses writes to it), so its view is reused even when
             # a database storage hands out a new object for it.
@@ -375,7 +374,7 @@ class CollapsePruner(BasePruner):
                 continue
             view = self._view(t)
             # One dict store: atomic under the GIL (an Optuna study's workers in threads).
-            cache[_trial_id_of(t)] = (t, fingerprint, view)
+            cache[store.trial_id_of(t)] = (t, fingerprint, view)
             append(view)
         return out
 
@@ -417,18 +416,19 @@ class CollapsePruner(BasePruner):
         return controls
 
     def _write(self, storage: Any, trial_id: int, stored: FrozenTrial, verdict: Verdict) -> None:
-        """Write the verdict to the running trial: a new entry to its log, the five latest attrs."""
+        """Write the verdict to the running trial (through hpo/optuna_side/store.py): a new entry to its log,
+        the five latest attrs, the sampler point when the entry prunes (at this judgement, and not when its
+        step was already reported: the mirror writes it when its trial finishes, see the store's "Known
+        drift"); a recalled entry's latest attrs; else a changed ``prune_reason``."""
         if verdict.entry is not None:
             self._write_controls(storage, trial_id, stored)
-            raw = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
-            storage.set_trial_user_attr(trial_id, DECISIONS_ATTR, [*raw, verdict.entry.to_dict()])
-            self._write_latest(storage, trial_id, stored, verdict.entry)
+            store.append_entry(storage, trial_id, stored.user_attrs, verdict.entry)
             if verdict.entry.prune and self._report_prediction:
                 self._report_to_sampler(storage, trial_id, stored, verdict.entry)
         elif verdict.recalled is not None:
-            self._write_latest(storage, trial_id, stored, verdict.recalled)
-        elif verdict.reason is not None and stored.user_attrs.get(PRUNE_REASON_ATTR) != verdict.reason:
-            storage.set_trial_user_attr(trial_id, PRUNE_REASON_ATTR, verdict.reason)
+            store.write_latest(storage, trial_id, stored.user_attrs, verdict.recalled)
+        elif verdict.reason is not None:
+            store.write_reason(storage, trial_id, stored.user_attrs, verdict.reason)
 
     def _write_controls(self, storage: Any, trial_id: int, stored: FrozenTrial) -> None:
         """Record the controls the trial was judged with (this pruner's defaults where the trial set none),
@@ -452,13 +452,6 @@ class CollapsePruner(BasePruner):
             study.set_user_attr(USED_REFERENCE_ATTR, {"label": label, "surrogate": surrogate.to_dict()})
         self._recorded_label = label
 
-    @staticmethod
-    def _write_latest(storage: Any, trial_id: int, stored: FrozenTrial, entry: DecisionEntry) -> None:
-        """Make the five decision attrs match a log entry (prediction attrs only when it has a prediction)."""
-        for key, value in entry.latest_attrs().items():
-            if stored.user_attrs.get(key, object()) != value:
-                storage.set_trial_user_attr(trial_id, key, value)
-
     def _report_to_sampler(
         self, storage: Any, trial_id: int, stored: FrozenTrial, entry: DecisionEntry
     ) -> None:
@@ -466,8 +459,7 @@ class CollapsePruner(BasePruner):
         point = sampler_value(entry, controls.total)
         if point is None or point[0] in stored.intermediate_values:
             return
-        storage.set_trial_user_attr(trial_id, SAMPLER_STEP_ATTR, point[0])
-        storage.set_trial_intermediate_value(trial_id, point[0], point[1])
+        store.write_sampler_point(storage, trial_id, point)
 
 
 class _Recording:
@@ -475,14 +467,14 @@ class _Recording:
     written (``written``), so that the pruner knows the trial's attrs without reading them back."""
 
     def __init__(self, storage: Any, written: dict[str, Any]) -> None:
-        self._storage, self._written = storage, written
+        self._target, self._written = storage, written
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
-        self._storage.set_trial_user_attr(trial_id, key, value)
+        self._target.set_trial_user_attr(trial_id, key, value)
         self._written[key] = value
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, value: float) -> None:
-        self._storage.set_trial_intermediate_value(trial_id, step, value)
+        self._target.set_trial_intermediate_value(trial_id, step, value)
 
 
 class _Known:
@@ -577,22 +569,6 @@ class _Known:
                 self._absorb(fresh)
         return TrialView(self.number, "running", self.steps, self.t_hat, self.values, self.controls, None,
                          self.log, problem=self.problem, reports=self.summary.reports())
-
-
-def _storage_of(study: optuna.study.Study, trial: FrozenTrial) -> tuple[Any, int]:
-    """The study's storage and the trial's storage id.
-
-    Private Optuna API, on purpose: a pruner gets only ``(study, FrozenTrial)``, and Optuna offers no public
-    way to write a user attr to a trial from there, nor to read the trial's latest stored version (another
-    worker's reports). Optuna does not persist pruner objects, so the decision state must live in the
-    storage. ``tests/test_private_apis.py`` fails loudly when Optuna renames either attribute.
-    """
-    return study._storage, trial._trial_id
-
-
-def _trial_id_of(trial: FrozenTrial) -> int:
-    """A stored trial's storage id (private Optuna API, as ``_storage_of``; same test)."""
-    return trial._trial_id
 
 
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:

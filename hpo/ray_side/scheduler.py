@@ -86,6 +86,7 @@ except ModuleNotFoundError as err:  # a core install: Ray Tune comes with the `r
     raise ModuleNotFoundError("CollapseScheduler needs Ray Tune, which is not installed: "
                               "pip install 'collapse-hpo[ray]'", name="ray") from err
 
+from collapse_hpo.hpo.optuna_side import store
 from collapse_hpo.hpo.ray_side.scheduler_state import (
     STATE_FILE,
     STATE_FORMAT,
@@ -119,7 +120,6 @@ from collapse_hpo.hpo.rule.record import (
     PRUNE_REASON_ATTR,
     RAY_CONFIG_ATTR,
     RAY_TRIAL_ATTR,
-    SAMPLER_STEP_ATTR,
     WARNINGS_ATTR,
     DecisionEntry,
     TrialControls,
@@ -690,7 +690,8 @@ class CollapseScheduler(FIFOScheduler):
             state=optuna.trial.TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs
         ))
         added = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("mirror_key") == key]
-        self._set(rec, durable=True, optuna_trial_id=_trial_id(added[-1]), optuna_number=added[-1].number)
+        self._set(rec, durable=True, optuna_trial_id=store.trial_id_of(added[-1]),
+                  optuna_number=added[-1].number)
         self._commit()  # at once: a restore must find this trial, not mirror it again
         return rec.optuna_trial_id
 
@@ -700,7 +701,7 @@ class CollapseScheduler(FIFOScheduler):
         tid = self._mirror_trial(rec)
         if tid is None:
             return
-        storage = _storage(self._study)
+        storage = store.storage_of(self._study)
         step = step_of(rec.t_hat[-1], rec.progress[-1])
         storage.set_trial_intermediate_value(tid, step, rec.loss[-1])
         if rec.total and isinstance(self.total, str):
@@ -710,17 +711,12 @@ class CollapseScheduler(FIFOScheduler):
                 self._mirror_finish(rec)
             return
         stored = storage.get_trial(tid)
+        # Through the store, as the pruner writes; unlike the pruner, a recalled entry's latest attrs are not
+        # rewritten here (hpo/optuna_side/store.py, "Known drift").
         if verdict.entry is not None:
-            log = list(stored.user_attrs.get(DECISIONS_ATTR) or [])
-            storage.set_trial_user_attr(tid, DECISIONS_ATTR, [*log, verdict.entry.to_dict()])
-            attrs = verdict.entry.latest_attrs()
+            store.append_entry(storage, tid, stored.user_attrs, verdict.entry)
         elif verdict.reason is not None:
-            attrs = {PRUNE_REASON_ATTR: verdict.reason}
-        else:
-            attrs = {}
-        for k, v in attrs.items():
-            if stored.user_attrs.get(k, object()) != v:
-                storage.set_trial_user_attr(tid, k, v)
+            store.write_reason(storage, tid, stored.user_attrs, verdict.reason)
         if verdict.prune:
             self._mirror_finish(rec)
 
@@ -731,7 +727,7 @@ class CollapseScheduler(FIFOScheduler):
         tid = self._mirror_trial(rec)
         import optuna
 
-        storage = _storage(self._study)
+        storage = store.storage_of(self._study)
         stored = storage.get_trial(tid)
         if stored.state.is_finished():
             return
@@ -746,27 +742,15 @@ class CollapseScheduler(FIFOScheduler):
             values = [last] if last is not None and math.isfinite(last) else None
             log = read_log({DECISIONS_ATTR: rec.log})
             point = sampler_value(log[-1], rec.total or T_HAT_STEPS) if log else None
+            # The sampler point when the trial finishes as pruned (the pruner writes it at the pruning
+            # judgement, skipping an already reported step: hpo/optuna_side/store.py, "Known drift").
             if self.report_prediction and rec.status == "pruned" and point is not None:
-                storage.set_trial_user_attr(tid, SAMPLER_STEP_ATTR, point[0])
-                storage.set_trial_intermediate_value(tid, point[0], point[1])
+                store.write_sampler_point(storage, tid, point)
                 values = [point[1]]  # Optuna's convention: a pruned trial's value is its last step's
             storage.set_trial_state_values(tid, TS.PRUNED, values)
         else:
             storage.set_trial_user_attr(tid, "fail_reason", str((rec.decision or {}).get("error", "error")))
             storage.set_trial_state_values(tid, TS.FAIL, None)
-
-
-def _storage(study: optuna.study.Study) -> Any:
-    """The mirror study's storage. Private Optuna API, on purpose: the scheduler writes to a trial it does
-    not hold a ``Trial`` handle for (Tune calls it from its controller, and a restored driver has only the
-    trial's id in the state file), and Optuna has no public "write to trial by id". Checked by
-    tests/test_private_apis.py, which fails loudly when Optuna renames it."""
-    return study._storage
-
-
-def _trial_id(trial: optuna.trial.FrozenTrial) -> int:
-    """A stored trial's storage id (private Optuna API, for ``_storage``'s writes; same test)."""
-    return trial._trial_id
 
 
 # ---------------------------------------------------------------------- helpers

@@ -8,7 +8,6 @@ hpo/rule/reference.py.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 from collections.abc import Callable, Mapping
@@ -21,13 +20,13 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from collapse_hpo.hpo.optuna_side import store
+from collapse_hpo.hpo.rule.curve import CurveView
 from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN, PruneSettings
 from collapse_hpo.hpo.rule.judge import (
     STARTUP_WARNING,
     WARNINGS_ATTR,
     Judge,
     JudgeWarning,
-    ReportSummary,
     TrialView,
     Verdict,
     add_warning,
@@ -483,7 +482,8 @@ class _Known:
 
     Built from the stored trial read at a judgement (its user attrs plus the attrs the pruner wrote then);
     each later call adds the reports the handed-in trial gained (Optuna's ``Trial`` keeps its reports up to
-    date in the ``FrozenTrial`` it hands to the pruner) to the sorted curve and the cleaned-report summary;
+    date in the ``FrozenTrial`` it hands to the pruner) to the sorted curve and its cleaned-report summary
+    (``curve``: hpo/rule/curve.py, as the Ray scheduler's cache keeps it);
     ``stored`` stands for the stored trial in the pruner's writes (its ``user_attrs`` follow them). The
     reports come from the process that runs the trial, the one that calls ``should_prune`` for it; at the
     next judgement the stored trial is read again, so every decision is made on the stored state.
@@ -526,10 +526,7 @@ class _Known:
 
     def _reset(self, values: Mapping[int, float]) -> None:
         self.seen: set[int] = set()
-        self.steps: list[float] = []
-        self.t_hat: list[float] = []
-        self.values: list[float] = []
-        self.summary = ReportSummary()
+        self.curve = CurveView()
         self._absorb(values.items())
 
     def _absorb(self, items: Any) -> None:
@@ -540,17 +537,7 @@ class _Known:
                 continue
             self.seen.add(step)
             x, y = float(step), float(v)
-            t = x / self._total if self._total is not None else x
-            if not self.steps or x > self.steps[-1]:
-                self.steps.append(x)
-                self.t_hat.append(t)
-                self.values.append(y)
-            else:  # out of order (rare): inserted at its place, O(curve)
-                i = bisect.bisect(self.steps, x)
-                self.steps.insert(i, x)
-                self.t_hat.insert(i, t)
-                self.values.insert(i, y)
-            self.summary.add(t, y)
+            self.curve.add(x, x / self._total if self._total is not None else x, y)
 
     def view(self, trial: FrozenTrial, defaults: TrialControls) -> TrialView:
         """The judge's view with the reports ``trial`` holds (O(reports added since the last call))."""
@@ -567,8 +554,9 @@ class _Known:
                 self._reset(values)  # a trial from elsewhere, its reports in another order: read it whole
             else:
                 self._absorb(fresh)
-        return TrialView(self.number, "running", self.steps, self.t_hat, self.values, self.controls, None,
-                         self.log, problem=self.problem, reports=self.summary.reports())
+        c = self.curve
+        return TrialView(self.number, "running", c.steps, c.t_hat, c.loss, self.controls, None, self.log,
+                         problem=self.problem, reports=c.summary.reports())
 
 
 def trial_decisions(trial: FrozenTrial) -> list[dict[str, Any]]:

@@ -76,8 +76,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 try:
     from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 except ModuleNotFoundError as err:  # a core install: Ray Tune comes with the `ray` extra
@@ -103,11 +101,11 @@ from collapse_hpo.hpo.ray_side.scheduler_state import (
     step_of,
     write_snapshot,
 )
+from collapse_hpo.hpo.rule.curve import CurveView
 from collapse_hpo.hpo.rule.decision import PruneSettings
 from collapse_hpo.hpo.rule.judge import (
     Judge,
     JudgeWarning,
-    ReportSummary,
     TrialView,
     Verdict,
     add_warning,
@@ -593,11 +591,12 @@ class CollapseScheduler(FIFOScheduler):
         # An unchanged record gives the same view object, so the judge reuses the competitor it built from
         # it (hpo/rule/judge.py, `competitors`): a judgement then costs nothing for the trials that did not
         # move.
-        key = (len(c.steps), c.logged, state, rec.final_loss, number, id(c.controls))
+        curve = c.curve
+        key = (len(curve), c.logged, state, rec.final_loss, number, id(c.controls))
         if c.view is not None and c.view_key == key:
             return c.view
-        c.view = TrialView(number, state, c.steps, c.t_hat, c.loss, c.controls, rec.final_loss, c.log,
-                           reports=c.summary.reports())
+        c.view = TrialView(number, state, curve.steps, curve.t_hat, curve.loss, c.controls, rec.final_loss,
+                           c.log, reports=curve.summary.reports())
         c.view_key = key
         return c.view
 
@@ -845,43 +844,24 @@ def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 class _ViewCache:
     """What the judge's view of one record needs beyond the record itself, kept up to date incrementally:
-    the reports' steps, the parsed decision log, the controls and the cleaned-report summary."""
+    the curve and its cleaned-report summary (``curve``: hpo/rule/curve.py, as the Optuna pruner keeps it),
+    the parsed decision log and the controls."""
 
     def __init__(self, rec: TrialRecord) -> None:
         self.rec = rec
-        self.steps: list[int] = []
-        self._t = np.empty(64)  # the curve as arrays (grown by doubling), so a judgement converts nothing
-        self._y = np.empty(64)
+        self.curve = CurveView()  # the record's reports, its steps by ``step_of``
         self.log: list[DecisionEntry] = []
         self.logged = 0  # entries of rec.log read so far (a malformed one is skipped, as read_log does)
-        self.summary = ReportSummary()
         self.key: tuple[Any, ...] | None = None
         self.controls: TrialControls | None = None
         self.view: TrialView | None = None  # the last view made (`CollapseScheduler._view`) and its key
         self.view_key: tuple[Any, ...] | None = None
 
-    @property
-    def t_hat(self) -> np.ndarray:
-        """The record's t̂ as an array (a view: valid until the next ``catch_up``)."""
-        return self._t[: len(self.steps)]
-
-    @property
-    def loss(self) -> np.ndarray:
-        """The record's losses as an array (a view, like ``t_hat``)."""
-        return self._y[: len(self.steps)]
-
     def catch_up(self) -> None:
         """Take what the record gained since the last call (O(new items))."""
         rec = self.rec
-        n = len(rec.t_hat)
-        if n > self._t.size:
-            size = max(n, 2 * self._t.size)
-            self._t = np.resize(self._t, size)
-            self._y = np.resize(self._y, size)
-        for i in range(len(self.steps), n):
-            self.steps.append(step_of(rec.t_hat[i], rec.progress[i]))
-            self.summary.add(rec.t_hat[i], rec.loss[i])
-            self._t[i], self._y[i] = rec.t_hat[i], rec.loss[i]
+        for i in range(len(self.curve), len(rec.t_hat)):
+            self.curve.append(step_of(rec.t_hat[i], rec.progress[i]), rec.t_hat[i], rec.loss[i])
         if self.logged < len(rec.log):
             self.log.extend(read_log({DECISIONS_ATTR: rec.log[self.logged:]}))
             self.logged = len(rec.log)

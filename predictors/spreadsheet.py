@@ -15,8 +15,11 @@ file written by this package reads back with the names it was given.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
+
+from collapse_hpo.predictors.atomic import atomic_write
 
 #: First characters that make a spreadsheet read a cell as a formula (or mangle it).
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -75,3 +78,15 @@ class DictWriter(csv.DictWriter):
 
     def writerow(self, rowdict: Mapping[str, Any]) -> Any:
         return super().writerow({k: escape(v) for k, v in rowdict.items()})
+
+
+def write_csv(
+    path: str | os.PathLike[str], columns: Sequence[str], rows: Iterable[Mapping[str, Any]]
+) -> None:
+    """Write ``rows`` (mappings of exactly ``columns``) under a header of ``columns`` to ``path``, atomically
+    (`atomic_write`: the old file is kept on any error), every text cell escaped (`DictWriter`)."""
+    with atomic_write(path, "w", newline="") as fh:
+        w = DictWriter(fh, fieldnames=list(columns))
+        w.writeheader()
+        for row in rows:
+            w.writerow(row)

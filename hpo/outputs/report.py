@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.rule.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
 from collapse_hpo.predictors import spreadsheet
-from collapse_hpo.predictors.atomic import atomic_write, atomic_write_path, check_writable_file
+from collapse_hpo.predictors.atomic import atomic_write_path, check_writable_file
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
 if TYPE_CHECKING:
@@ -192,11 +192,7 @@ def study_unpruned(study: optuna.Study) -> tuple[float, str]:
 
 def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
     """Write the trial rows as CSV (columns `COLUMNS`), atomically."""
-    with atomic_write(path, "w", newline="") as fh:
-        w = spreadsheet.DictWriter(fh, fieldnames=list(COLUMNS))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+    spreadsheet.write_csv(path, COLUMNS, ({k: ("" if r[k] is None else r[k]) for k in COLUMNS} for r in rows))
 
 
 def trial_curves(study: optuna.Study) -> list[Any]:

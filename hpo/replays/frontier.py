@@ -208,14 +208,8 @@ def write_frontier_csv(path: str | os.PathLike[str], points: Sequence[FrontierPo
     """Write every point as CSV, atomically."""
 
     from collapse_hpo.predictors import spreadsheet
-    from collapse_hpo.predictors.atomic import atomic_write
 
-    keys = list(FrontierPoint.__dataclass_fields__)
-    with atomic_write(Path(path), "w", newline="") as fh:
-        w = spreadsheet.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for p in points:
-            w.writerow(p.row())
+    spreadsheet.write_csv(path, list(FrontierPoint.__dataclass_fields__), (p.row() for p in points))
 
 
 def plot_frontier(path: str | os.PathLike[str], points: Sequence[FrontierPoint], title: str = "") -> None:

@@ -526,13 +526,8 @@ def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]
     path = Path(path)
     keys = list(summaries[0].row()) if summaries else [f.name for f in Summary.__dataclass_fields__.values()]
     from collapse_hpo.predictors import spreadsheet
-    from collapse_hpo.predictors.atomic import atomic_write
 
-    with atomic_write(path, "w", newline="") as fh:
-        w = spreadsheet.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for s in summaries:
-            w.writerow(s.row())
+    spreadsheet.write_csv(path, keys, (s.row() for s in summaries))
 
 
 #: The targets a τ-held sweep's pruner is held to (issue 10): at most this fraction of the unpruned sweep's

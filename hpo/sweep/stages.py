@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.hpo.sweep.config import STAGE_SUFFIX, SweepConfig
 from collapse_hpo.predictors import spreadsheet
-from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
 
 if TYPE_CHECKING:
@@ -433,11 +432,9 @@ def stages_summary(sweep: SweepConfig, study1: optuna.Study, study2: optuna.Stud
 
 def write_transfer_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
     """The transfer rows as CSV (columns `TRANSFER_COLUMNS`), atomically."""
-    with atomic_write(path, "w", newline="") as fh:
-        w = spreadsheet.DictWriter(fh, fieldnames=list(TRANSFER_COLUMNS))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r[k] is None else r[k]) for k in TRANSFER_COLUMNS})
+    spreadsheet.write_csv(
+        path, TRANSFER_COLUMNS, ({k: ("" if r[k] is None else r[k]) for k in TRANSFER_COLUMNS} for r in rows)
+    )
 
 
 def finish_stages(sweep: SweepConfig, locs: list[SweepLocation], studies: list[optuna.Study | None]) -> int:

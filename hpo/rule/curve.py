@@ -13,7 +13,7 @@ import bisect
 
 import numpy as np
 
-from collapse_hpo.hpo.rule.judge import ReportSummary
+from collapse_hpo.hpo.rule.reports import ReportSummary
 
 __all__ = ["CurveView"]
 

@@ -79,6 +79,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collapse_hpo.hpo.rule.reports import (  # re-exported: the cleaning's names were here before
+    T_HAT_END,
+    CleanReports,
+    clean,
+)
 from collapse_hpo.predictors.errors import InputError
 
 if TYPE_CHECKING:
@@ -132,9 +137,6 @@ def sweep_margin(settings: PruneSettings, surrogate: Surrogate | None) -> float:
         return settings.margin
     return min(settings.margin, MARGIN_CAP * surrogate.pair_bands[-1].scale)
 
-
-# Tolerance on t̂ = 1: a report at exactly total_tokens (or a rounding hair past it) is the end of training.
-T_HAT_END = 1.0 + 1e-9
 
 
 @dataclass(frozen=True)
@@ -361,45 +363,6 @@ def pessimistic(competitor: float | Prediction | Competitor) -> float:
     return value if math.isfinite(value) else math.nan
 
 
-def sort_reports(t: np.ndarray, y: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """A trial's reports as ``decide`` reads them: reports with an invalid t̂ dropped, the rest sorted by t̂,
-    the first of repeated t̂ kept; each kind of dropped report noted in ``notes``. The one cleaning of
-    reports (hpo/rule/judge.py uses it too)."""
-    bad_t = ~np.isfinite(t) | (t < 0)
-    if bad_t.any():
-        notes.append(invalid_note(int(bad_t.sum())))
-        t, y = t[~bad_t], y[~bad_t]
-    if t.size == 0:
-        return t, y
-    order = np.argsort(t, kind="stable")
-    t, y = t[order], y[order]
-    dup = np.concatenate([[False], np.diff(t) == 0])
-    if dup.any():
-        notes.append(repeat_note(int(dup.sum())))
-        t, y = t[~dup], y[~dup]
-    return t, y
-
-
-def invalid_note(count: int) -> str:
-    """The note for ``count`` reports with an invalid t̂ (NaN, inf or negative)."""
-    return f"{count} report(s) with an invalid t_hat ignored"
-
-
-def repeat_note(count: int) -> str:
-    """The note for ``count`` reports at a t̂ reported before (the first is kept)."""
-    return f"{count} repeated report(s) at the same t_hat ignored (first kept)"
-
-
-def past_end_note(t: np.ndarray, past: np.ndarray) -> str:
-    """The note for reports past t̂ = 1 (``past`` marks them in ``t``)."""
-    return past_note(int(past.sum()), float(t.max()))
-
-
-def past_note(count: int, largest: float) -> str:
-    """The note for ``count`` reports past t̂ = 1, the largest t̂ reported being ``largest``."""
-    return f"{count} report(s) past t_hat=1 (up to {largest:.4g}) ignored: check total_tokens"
-
-
 def not_judged_yet(fraction: float, settings: PruneSettings, notes: Sequence[str] = ()) -> Decision:
     """The decision for a trial whose latest valid report is at t̂ = ``fraction`` < ``min_fraction`` (what
     ``decide`` returns then; the judge builds it from its report summary without the curve). The reason does
@@ -440,14 +403,29 @@ def decide(
     y = np.asarray(loss, dtype=float).ravel()
     if t.shape != y.shape:
         raise ValueError(f"decide: t_hat has {t.size} points but loss has {y.size}")
-    notes: list[str] = []
-    d = _decide(t, y, surrogate, schedule, tau, tpp, competitors, settings, notes)
+    return decide_cleaned(clean(t, y), surrogate=surrogate, schedule=schedule, tau=tau, tpp=tpp,
+                          competitors=competitors, settings=settings)
+
+
+def decide_cleaned(
+    reports: CleanReports,
+    *,
+    surrogate: Surrogate | None,
+    schedule: Schedule,
+    tau: float | None,
+    tpp: float | None,
+    competitors: Iterable[float | Prediction | Competitor],
+    settings: PruneSettings,
+) -> Decision:
+    """``decide`` on reports cleaned already (``reports.clean``: the judge cleans a trial's reports once and
+    hands them here); the same Decision as ``decide`` on the raw reports."""
+    notes = list(reports.summary.notes)
+    d = _decide(reports, surrogate, schedule, tau, tpp, competitors, settings, notes)
     return replace(d, notes=tuple(notes)) if notes else d
 
 
 def _decide(
-    t: np.ndarray,
-    y: np.ndarray,
+    reports: CleanReports,
     surrogate: Surrogate | None,
     schedule: Schedule,
     tau: float | None,
@@ -456,39 +434,22 @@ def _decide(
     settings: PruneSettings,
     notes: list[str],
 ) -> Decision:
-
-    t, y = sort_reports(t, y, notes)
-    if t.size == 0:
+    t, y = reports.t_hat, reports.loss
+    if not reports.valid:
         return Decision(False, _join("no loss reported yet: nothing to judge", notes), math.nan)
 
     # Divergence is judged on every report, also those past t̂ = 1: a NaN is a NaN.
-    nonfinite = ~np.isfinite(y)
-    if nonfinite.any():
-        i = int(np.flatnonzero(nonfinite)[0])
-        return Decision(
-            True,
-            _join(f"loss is {y[i]} at t_hat={t[i]:.4g}: the run diverged; pruned at once", notes),
-            float(min(t[i], 1.0)),
-        )
-    nonpositive = y <= 0
-    if nonpositive.any():
-        i = int(np.flatnonzero(nonpositive)[0])
-        return Decision(
-            True,
-            _join(
-                f"loss is {y[i]:.6g} at t_hat={t[i]:.4g}: a training loss must be positive (a bug in the "
-                "loss or the logging); pruned at once",
-                notes,
-            ),
-            float(min(t[i], 1.0)),
-        )
+    if reports.bad is not None:
+        bad_t, bad_y = reports.bad
+        if not math.isfinite(bad_y):
+            why = f"loss is {bad_y} at t_hat={bad_t:.4g}: the run diverged; pruned at once"
+        else:
+            why = (f"loss is {bad_y:.6g} at t_hat={bad_t:.4g}: a training loss must be positive (a bug in "
+                   "the loss or the logging); pruned at once")
+        return Decision(True, _join(why, notes), float(min(bad_t, 1.0)))
 
-    past = t > T_HAT_END
-    if past.any():
-        notes.append(past_end_note(t, past))
-        t, y = t[~past], y[~past]
-        if t.size == 0:
-            return Decision(False, _join("no report at t_hat <= 1: nothing to judge", notes), math.nan)
+    if t.size == 0:  # every report past t̂ = 1 (noted in ``notes``)
+        return Decision(False, _join("no report at t_hat <= 1: nothing to judge", notes), math.nan)
     fraction = float(min(t[-1], 1.0))
 
     if fraction < settings.min_fraction:

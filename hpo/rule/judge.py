@@ -5,7 +5,7 @@ state, decision log) and returns a ``Verdict``. In order, it
 
 1. answers from the log when the trial was judged already (``recall``: a pruned trial stays pruned; a step
    is judged once);
-2. cleans the reports once (``clean_reports``: invalid t̂, repeats, past-the-end points, divergence);
+2. cleans the reports once (``reports.clean``: invalid t̂, repeats, past-the-end points, divergence);
 3. decides whether a judgement is due (from ``min_fraction`` on, at most once per ``judge_every`` of
    training; a diverged loss is judged at once);
 4. chooses the competitors (``competitors``: the one place that says who competes);
@@ -40,19 +40,21 @@ from typing import Any
 import numpy as np
 
 from collapse_hpo.hpo.rule.decision import (
-    T_HAT_END,
     Competitor,
     Decision,
     PruneSettings,
-    decide,
-    invalid_note,
+    decide_cleaned,
     not_judged_yet,
-    past_end_note,
-    past_note,
-    repeat_note,
-    sort_reports,
 )
 from collapse_hpo.hpo.rule.record import WARNINGS_ATTR, DecisionEntry, TrialControls, latest_prediction
+from collapse_hpo.hpo.rule.reports import (  # the cleaning lives in hpo/rule/reports.py; re-exported here
+    T_HAT_END,
+    CleanReports,
+    Reports,
+    ReportSummary,
+    clean,
+    clean_reports,
+)
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -95,7 +97,7 @@ class JudgeWarning:
         return {"key": self.key, "message": self.message, "trial": self.trial}
 
 
-__all__ = ["WARNINGS_ATTR"]  # re-exported for the adapters
+__all__ = ["WARNINGS_ATTR", "ReportSummary", "Reports", "clean_reports"]  # re-exported for the adapters
 
 
 def add_warning(
@@ -174,94 +176,6 @@ class Verdict:
     warnings: tuple[JudgeWarning, ...] = ()
 
 
-@dataclass(frozen=True)
-class Reports:
-    """A trial's reports cleaned the way ``decide`` reads them (the judge needs the same fraction).
-
-    Attributes:
-        fraction: t̂ of the latest valid report (at most 1); NaN without one.
-        diverged: a NaN, inf or non-positive loss was reported (``decide`` prunes at once).
-        notes: what was ignored (invalid t̂, repeats, past-the-end points), worded as ``decide`` words it.
-    """
-
-    fraction: float
-    diverged: bool
-    notes: tuple[str, ...]
-
-
-def clean_reports(t_hat: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> Reports:
-    """Clean reports once: drop invalid t̂, keep the first of repeated t̂, flag divergence, drop t̂ > 1."""
-    t = np.asarray(t_hat, dtype=float).ravel()
-    y = np.asarray(loss, dtype=float).ravel()
-    notes: list[str] = []
-    t, y = sort_reports(t, y, notes)
-    if t.size == 0:
-        return Reports(math.nan, False, tuple(notes))
-    if (~np.isfinite(y) | (y <= 0)).any():
-        return Reports(math.nan, True, tuple(notes))
-    past = t > T_HAT_END
-    if past.any():
-        notes.append(past_end_note(t, past))
-        t = t[~past]
-        if t.size == 0:
-            return Reports(math.nan, False, tuple(notes))
-    return Reports(float(min(t[-1], 1.0)), False, tuple(notes))
-
-
-class ReportSummary:
-    """``clean_reports`` of a trial's reports, kept up to date one report at a time (O(1) per report).
-
-    Feed the reports in the order of the sequences the judge would clean (``add``); ``reports()`` then equals
-    ``clean_reports(t_hat, loss)`` of all of them. Memory: the set of t̂ seen (to find repeats).
-    """
-
-    def __init__(self) -> None:
-        self._seen: set[float] = set()
-        self._invalid = 0
-        self._repeated = 0
-        self._past = 0
-        self._largest = -math.inf  # largest kept t̂ (past the end included)
-        self._latest = math.nan  # largest kept t̂ ≤ T_HAT_END
-        self._diverged = False
-        self.count = 0  # reports added
-
-    def add(self, t_hat: float, loss: float) -> None:
-        """Take one more report (t̂, loss)."""
-        self.count += 1
-        t, y = float(t_hat), float(loss)
-        if not math.isfinite(t) or t < 0:
-            self._invalid += 1
-            return
-        if t in self._seen:
-            self._repeated += 1
-            return
-        self._seen.add(t)
-        if not (math.isfinite(y) and y > 0):
-            self._diverged = True
-        self._largest = max(self._largest, t)
-        if t > T_HAT_END:
-            self._past += 1
-        elif not t <= self._latest:  # NaN at first
-            self._latest = t
-
-    def reports(self) -> Reports:
-        """What ``clean_reports`` gives for the reports added so far."""
-        notes: list[str] = []
-        if self._invalid:
-            notes.append(invalid_note(self._invalid))
-        if not self._seen:
-            return Reports(math.nan, False, tuple(notes))
-        if self._repeated:
-            notes.append(repeat_note(self._repeated))
-        if self._diverged:
-            return Reports(math.nan, True, tuple(notes))
-        if self._past:
-            notes.append(past_note(self._past, self._largest))
-            if math.isnan(self._latest):
-                return Reports(math.nan, False, tuple(notes))
-        return Reports(float(min(self._latest, 1.0)), False, tuple(notes))
-
-
 class Judge:
     """Judge trials with the collapse rule (``hpo.rule.decision.decide``), backend-free.
 
@@ -292,6 +206,8 @@ class Judge:
         # trials).
         self._competitors: dict[int | str, tuple[TrialView, Competitor | None]] = {}
         self._complete: dict[int | str, tuple[tuple[Any, ...], Competitor]] = {}  # see _finished
+        # The last view cleaned and its ``CleanReports``: a judgement cleans once (``_clean``).
+        self._cleaned: tuple[TrialView, CleanReports] | None = None
 
     # ------------------------------------------------------------------ the steps
     def recall(self, trial: TrialView) -> DecisionEntry | None:
@@ -470,8 +386,8 @@ class Judge:
         if reports.diverged or not math.isfinite(reports.fraction):
             # Nothing to predict: decide's own checks (divergence, nothing reported) give the answer.
             c = trial.controls
-            return decide(trial.t_hat, trial.loss, surrogate=None, competitors=(), schedule=c.schedule,
-                          tau=c.tau, tpp=c.tpp, settings=s)
+            return decide_cleaned(self._clean(trial), surrogate=None, competitors=(), schedule=c.schedule,
+                                  tau=c.tau, tpp=c.tpp, settings=s)
         last = trial.log[-1] if trial.log else None
         if last is not None and self._bucket(reports.fraction) <= self._bucket(last.t_hat):
             if not reports.notes:
@@ -484,9 +400,20 @@ class Judge:
             return Decision(False, why, math.nan)
         return _DUE
 
-    @staticmethod
-    def _reports(trial: TrialView) -> Reports:
-        return trial.reports if trial.reports is not None else clean_reports(trial.t_hat, trial.loss)
+    def _reports(self, trial: TrialView) -> Reports:
+        """The summary of the trial's cleaned reports: the adapter's (``TrialView.reports``), else
+        ``_clean``'s."""
+        return trial.reports if trial.reports is not None else self._clean(trial).summary
+
+    def _clean(self, trial: TrialView) -> CleanReports:
+        """The trial's reports cleaned (``reports.clean``), once per view: ``_early`` and ``_judgement`` share
+        it, and ``decide_cleaned`` judges it without cleaning again."""
+        last = self._cleaned
+        if last is not None and last[0] is trial:
+            return last[1]
+        cleaned = clean(trial.t_hat, trial.loss)
+        self._cleaned = (trial, cleaned)
+        return cleaned
 
     def _judgement(
         self, trial: TrialView, others: OthersFn, reference: ReferenceFn
@@ -503,8 +430,8 @@ class Judge:
         if surrogate is not None and controls.tpp is None and surrogate.tpp_law != "constant":
             return Decision(False, _TPP_UNKNOWN, fraction), label, None
         competitors, numbers = self.competitors(trial, others())
-        d = decide(trial.t_hat, trial.loss, surrogate=surrogate, competitors=competitors,
-                   schedule=controls.schedule, tau=controls.tau, tpp=controls.tpp, settings=s)
+        d = decide_cleaned(self._clean(trial), surrogate=surrogate, competitors=competitors,
+                           schedule=controls.schedule, tau=controls.tau, tpp=controls.tpp, settings=s)
         source = None if d.threshold_index is None else numbers[d.threshold_index]
         return d, label, source
 

@@ -12,7 +12,11 @@ import importlib
 import importlib.util  # `import importlib` alone does not load the util submodule
 import sys
 
-from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.hpo.sweep import storage_errors
+from collapse_hpo.hpo.sweep.stop import STOP
+from collapse_hpo.hpo.sweep.urls import mask_text
+from collapse_hpo.predictors.atomic import describe_os_error
+from collapse_hpo.predictors.errors import InputError, clip
 
 # Sub-command name -> module. The order here is the order in `--help`.
 COMMANDS: dict[str, str] = {}
@@ -54,10 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from collapse_hpo.hpo.sweep import storage_errors
-    from collapse_hpo.hpo.sweep.urls import mask_text
-    from collapse_hpo.predictors.atomic import describe_os_error
-    from collapse_hpo.predictors.errors import clip
 
     def fail(message: str) -> int:
         line = clip(" ".join(mask_text(message).split()))  # one line, never a password, never megabytes
@@ -78,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     except OverflowError as err:
         return fail(f"a number in the input is too large ({err}); check the values given")
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP in a sweep's driver (hpo/sweep/stop.py)
-        from collapse_hpo.hpo.sweep.stop import STOP
-
         stopped = STOP.interrupted(err)
         print(f"collapse-hpo {args.command}: {stopped.message}", file=sys.stderr)
         return 128 + int(stopped.signum)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from collapse_hpo.hpo.sweep.storage_errors import StorageFault
+from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url, sqlite_file, url_problem
 from collapse_hpo.predictors.errors import InputError
 
 if TYPE_CHECKING:
@@ -17,8 +19,7 @@ def storage_for(url: str, flag: str = "--storage") -> str:
     """The URL to open for ``url`` as given with ``flag``: a ``${NAME}`` URL read from the environment, the
     scheme checked, a SQLite file that must exist (a report or a dashboard never creates one), and the
     PostgreSQL driver named (hpo/sweep/trial.py ``storage_url``)."""
-    from collapse_hpo.hpo.sweep.trial import storage_url
-    from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url, sqlite_file, url_problem
+    from collapse_hpo.hpo.sweep.trial import storage_url  # deferred: pulls pydantic; --help stays fast
 
     url = resolve_url(url, flag)
     problem = url_problem(url)
@@ -35,9 +36,6 @@ def study_names(url: str, flag: str = "--storage") -> list[str]:
     """The names of the studies in the storage at ``url`` (from `storage_for`), sorted."""
     import optuna
 
-    from collapse_hpo.hpo.sweep.storage_errors import StorageFault
-    from collapse_hpo.hpo.sweep.urls import mask_url
-
     try:
         return sorted(optuna.get_all_study_names(storage=url))
     except StorageFault:
@@ -51,8 +49,6 @@ def load_named_study(url: str, name: str | None, flag: str = "--storage") -> opt
     """The study ``name`` in the storage at ``url`` (from `storage_for`); without a name, the storage's only
     study. InputError listing the studies there when the name is missing, unknown or ambiguous."""
     import optuna
-
-    from collapse_hpo.hpo.sweep.urls import mask_url
 
     names = study_names(url, flag)
     shown = mask_url(url)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
+from collapse_hpo.predictors.errors import InputError
+
 HELP = "fit the collapse surrogate (b, q laws and error model) on complete reference curves from a CSV"
 
 
@@ -71,8 +74,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from collapse_hpo.predictors.errors import InputError
-
     if not 0.0 <= args.fit_start < 0.95:
         raise InputError(f"--fit-start must be in [0, 0.95), got {args.fit_start}")
     if not args.predict_weight >= 0.0:
@@ -89,10 +90,8 @@ def run(args: argparse.Namespace) -> int:
     """Read the curves, calibrate, print the fit table and write the surrogate."""
     from pathlib import Path
 
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
-    from collapse_hpo.predictors.calibrate import calibrate
-    from collapse_hpo.predictors.curves import read_curves_csv
-    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.predictors.calibrate import calibrate  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
 
     _check(args)
     out = Path(args.output)

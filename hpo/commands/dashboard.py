@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._study import storage_for, study_names
+from collapse_hpo.hpo.extras import require
+from collapse_hpo.hpo.outputs.dashboard_server import check_host, remote_warning
+from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url, sqlite_file
+from collapse_hpo.predictors.errors import InputError
+
 HELP = "start optuna-dashboard on a sweep's storage (with the collapse figure and notes) and print its URL"
 
 
@@ -43,23 +49,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Locate the storage, publish the review figure and notes, print the URL and serve."""
-    from collapse_hpo.hpo.sweep.urls import mask_url
-    from collapse_hpo.predictors.errors import InputError
-
     if (args.sweep is None) == (args.storage is None):
         raise InputError("dashboard: give a sweep file or --storage URL (one of them)")
     if not 0 <= args.port <= 65535:
         raise InputError(f"dashboard: --port must be in 0..65535, got {args.port}")
-    from collapse_hpo.hpo.extras import require
 
     require("the dashboard", "optuna_dashboard", "plotly")
-    from collapse_hpo.hpo.outputs.dashboard_server import check_host, remote_warning
 
     remote = False if args.publish_only else check_host(args.host, args.allow_remote)
     read_only = remote if args.read_only is None else args.read_only
     import optuna
 
-    from collapse_hpo.hpo.outputs import dashboard, dashboard_server
+    from collapse_hpo.hpo.outputs import (  # deferred: pulls numpy; --help stays fast
+        dashboard,
+        dashboard_server,
+    )
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies: list[optuna.Study] = []
@@ -67,10 +71,11 @@ def run(args: argparse.Namespace) -> int:
     references: dict[str, object] = {}
     if args.sweep is not None:
 
-        from collapse_hpo.hpo.sweep.config import load_sweep
-        from collapse_hpo.hpo.sweep.preflight import check_storage
-        from collapse_hpo.hpo.sweep.runner import locate
-        from collapse_hpo.hpo.sweep.urls import resolve_url
+        from collapse_hpo.hpo.sweep.config import load_sweep  # deferred: pulls pydantic; --help stays fast
+        from collapse_hpo.hpo.sweep.preflight import (
+            check_storage,  # deferred: pulls pydantic; --help stays fast
+        )
+        from collapse_hpo.hpo.sweep.runner import locate  # deferred: pulls pydantic; --help stays fast
 
         sweep = load_sweep(args.sweep)
         loc = locate(sweep, args.results, no_prune=args.no_prune)
@@ -89,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{sweep.source}: no study {loc.study_name!r} in {mask_url(url)} yet: run "
                              f"`collapse-hpo run {sweep.source}` first") from None
     else:
-        from collapse_hpo.hpo.commands._study import storage_for, study_names
-
         url = storage_for(args.storage)  # ${NAME} read, the SQLite file must exist, the driver named
         studies = [optuna.load_study(study_name=name, storage=url) for name in study_names(url)]
     if not args.no_publish:
@@ -116,7 +119,7 @@ def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dic
     each was judged with: the file's for stage 1, stage 1's study for stage 2 (hpo/sweep/stages.py)."""
     import optuna
 
-    from collapse_hpo.hpo.sweep.stages import stage_locations
+    from collapse_hpo.hpo.sweep.stages import stage_locations  # deferred: pulls pydantic; --help stays fast
 
     locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
     studies = [optuna.load_study(study_name=locs[0].study_name, storage=url)]
@@ -129,7 +132,5 @@ def _stage_studies(sweep, args: argparse.Namespace, url: str) -> tuple[list, dic
 
 def _sqlite_file_exists(url: str) -> bool:
     """Whether the file of a sqlite:/// URL exists."""
-    from collapse_hpo.hpo.sweep.urls import sqlite_file
-
     path = sqlite_file(url)
     return path is not None and path.is_file()

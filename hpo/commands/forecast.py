@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._common import check_outputs
+from collapse_hpo.hpo.extras import require
+from collapse_hpo.predictors import spreadsheet
+from collapse_hpo.predictors.atomic import atomic_write_path
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.timescale import adamw_tau
+
 HELP = "forecast a run's final loss (with a 90% interval) and whole loss curve before training"
 
 
@@ -44,9 +51,6 @@ def _tau(args: argparse.Namespace) -> float | None:
     """τ from --tau, or from --lr, --batch-tokens, --weight-decay and --tokens; None means no weight decay."""
     import math
 
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.timescale import adamw_tau
-
     trio = (args.lr, args.batch_tokens, args.weight_decay)
     if args.tau is not None:
         if any(v is not None for v in trio):
@@ -71,8 +75,6 @@ def _tau(args: argparse.Namespace) -> float | None:
 def _csv_text(fc) -> str:
     """The forecast as curve CSV text (run, t_hat, loss, lr, tau, tpp) plus the band columns low, high."""
     import io
-
-    from collapse_hpo.predictors import spreadsheet
 
     out = io.StringIO()
     w = spreadsheet.writer(out, lineterminator="\n")
@@ -114,8 +116,6 @@ def _write_all(files: dict) -> None:
     every one was written."""
     import contextlib
 
-    from collapse_hpo.predictors.atomic import atomic_write_path
-
     with contextlib.ExitStack() as stack:
         for path, data in files.items():
             tmp = stack.enter_context(atomic_write_path(path))
@@ -128,15 +128,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from collapse_hpo.hpo.commands._common import check_outputs
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.forecast import forecast
-    from collapse_hpo.predictors.schedules import KINDS, Schedule
-    from collapse_hpo.predictors.surrogate import Surrogate
+    from collapse_hpo.predictors.forecast import forecast  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.schedules import KINDS, Schedule  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.surrogate import Surrogate  # deferred: pulls numpy; --help stays fast
 
     if args.plot is not None:
-        from collapse_hpo.hpo.extras import require
-
         require("--plot", "matplotlib")
     check_outputs(args.csv, args.plot, what="forecast output")  # every output, before any work
     kind = args.schedule.strip().lower()

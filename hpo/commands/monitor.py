@@ -23,6 +23,11 @@ import os
 import sys
 import time
 
+from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
+from collapse_hpo.predictors import spreadsheet
+from collapse_hpo.predictors.atomic import atomic_write
+from collapse_hpo.predictors.errors import InputError
+
 IDLE_S = 3600.0
 #: Exit status when --follow stopped at its --timeout or --idle limit before every run ended.
 EXIT_STOPPED = 3
@@ -68,13 +73,13 @@ def _reference_fn(args: argparse.Namespace):
     """A function curve -> (ref_t_hat, ref_ell) for the chosen reference."""
     import numpy as np
 
-    from collapse_hpo.hpo.commands._common import stderr_progress
-    from collapse_hpo.predictors.curves import read_curves_csv
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.residuals import normalized_reference
+    from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.residuals import (
+        normalized_reference,  # deferred: pulls numpy; --help stays fast
+    )
 
     if args.surrogate:
-        from collapse_hpo.predictors.surrogate import Surrogate
+        from collapse_hpo.predictors.surrogate import Surrogate  # deferred: pulls numpy; --help stays fast
 
         sur = Surrogate.load(args.surrogate)
         grid = np.linspace(0.0, 1.0, 1001)
@@ -99,8 +104,10 @@ def _reference_fn(args: argparse.Namespace):
 
 
 def _check_all(args: argparse.Namespace, rule, ref_of, curves: list) -> list[tuple]:
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.residuals import raw_loss_alarm, residuals
+    from collapse_hpo.predictors.residuals import (  # deferred: pulls numpy; --help stays fast
+        raw_loss_alarm,
+        residuals,
+    )
 
     if args.run:
         missing = [r for r in args.run if r not in {c.run for c in curves}]
@@ -126,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     limit first."""
     import numpy as np
 
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.residuals import AlarmRule
+    from collapse_hpo.predictors.residuals import AlarmRule  # deferred: pulls numpy; --help stays fast
 
     rule = AlarmRule(align=tuple(args.align), threshold=args.threshold, persistence=args.persistence,
                      smooth=args.smooth, two_sided=args.two_sided)
@@ -136,15 +142,13 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"monitor: {name} must be a positive number of seconds, got {value}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise InputError(f"monitor: output folder of {args.csv} does not exist; create it first")
-    from collapse_hpo.hpo.commands._common import check_outputs
 
     check_outputs(args.csv, what="residual CSV")
     ref_of = _reference_fn(args)
     if args.follow:
         results, stopped = _follow(args, rule, ref_of)
     else:
-        from collapse_hpo.hpo.commands._common import print_notes, stderr_progress
-        from collapse_hpo.predictors.curves import read_curves_csv
+        from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
 
         curves = read_curves_csv(args.curves, progress=stderr_progress("monitor"))
         print_notes("monitor", curves)
@@ -165,10 +169,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  collapse: {res.alarm.reason}")
         print(f"  raw loss: {raw.reason}")
     if args.csv:
-
-        from collapse_hpo.predictors import spreadsheet
-        from collapse_hpo.predictors.atomic import atomic_write
-
         with atomic_write(args.csv, "w", newline="") as fh:
             w = spreadsheet.writer(fh)
             w.writerow(["run", "t_hat", "residual"])
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace, rule, ref_of) -> tuple[list[tuple], str | None]:
     """`--follow`: poll the live file until every run ended or an alarm fired (None), or a limit stopped it
     (the reason); the results of the last check."""
-    from collapse_hpo.hpo.outputs.follow import FollowedCurves
+    from collapse_hpo.hpo.outputs.follow import FollowedCurves  # deferred: pulls numpy; --help stays fast
 
     live = FollowedCurves(args.curves)
     started = last_row = time.monotonic()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._common import print_notes, stderr_progress
+from collapse_hpo.predictors.errors import InputError
+
 HELP = "predict each run's final loss from the first FRACTION of its curve (early alignment to the surrogate)"
 
 
@@ -49,11 +52,12 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from collapse_hpo.hpo.commands._common import stderr_progress
-    from collapse_hpo.predictors.curves import read_curves_csv
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.predict import Prediction, predict_final_loss
-    from collapse_hpo.predictors.surrogate import Surrogate
+    from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.predict import (  # deferred: pulls numpy; --help stays fast
+        Prediction,
+        predict_final_loss,
+    )
+    from collapse_hpo.predictors.surrogate import Surrogate  # deferred: pulls numpy; --help stays fast
 
     if not (0.0 < args.fraction <= 1.0):
         raise InputError(f"--fraction must be in (0, 1] (a fraction of training tokens), got {args.fraction}")
@@ -63,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if not (0.0 <= min_fraction <= 1.0):
         raise InputError(f"--min-fraction must be in [0, 1], got {args.min_fraction}")
     surrogate = Surrogate.load(args.surrogate)
-    from collapse_hpo.hpo.commands._common import print_notes
-    from collapse_hpo.predictors.misfit import collapses, misfit_note
+    from collapse_hpo.predictors.misfit import (  # deferred: pulls numpy; --help stays fast
+        collapses,
+        misfit_note,
+    )
 
     curves = read_curves_csv(args.curves, progress=stderr_progress("predict"))
     print_notes("predict", curves)

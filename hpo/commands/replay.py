@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 
+from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
+from collapse_hpo.hpo.extras import require
+from collapse_hpo.predictors.errors import InputError
+
 HELP = "replay finished curves through pruners in random trial orders: compute used, regret, best pruned"
 
 
@@ -57,8 +61,8 @@ def default_jobs() -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the sweep and print the table. Bad input raises InputError (exit 2), nothing written."""
-    from collapse_hpo.hpo.replays import peers
-    from collapse_hpo.hpo.replays.replay import (
+    from collapse_hpo.hpo.replays import peers  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.hpo.replays.replay import (  # deferred: pulls numpy; --help stays fast
         LATE_FRACTION,
         format_table,
         markdown_table,
@@ -66,7 +70,6 @@ def run(args: argparse.Namespace) -> int:
         replay,
         write_summary_csv,
     )
-    from collapse_hpo.predictors.errors import InputError
 
     if args.family is not None and not args.frontier:
         raise InputError("replay: --family needs --frontier (use --pruner to choose pruners otherwise)")
@@ -82,8 +85,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{n:<24} {peers.DESCRIPTIONS.get(n, '')}")
         return 0
     if args.plot:
-        from collapse_hpo.hpo.extras import require
-
         require("--plot", "matplotlib")
     if args.curves is None:
         raise InputError("replay: no curve CSV given; name the sweep's curves file (e.g. results/<name>/"
@@ -133,10 +134,8 @@ def run(args: argparse.Namespace) -> int:
 def _read_sweep(args: argparse.Namespace):
     """Check the output paths, read the curves (a long read's progress and the reader's notes on stderr) and
     put them on the report grid (`hpo.replays.replay.make_sweep`)."""
-    from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
-    from collapse_hpo.hpo.replays.replay import make_sweep
-    from collapse_hpo.predictors.curves import read_curves_csv
-    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.hpo.replays.replay import make_sweep  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
 
     for out in (args.csv, args.plot):
         if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
@@ -150,9 +149,8 @@ def _read_sweep(args: argparse.Namespace):
 
 def _frontier(args: argparse.Namespace, jobs: int) -> int:
     """`replay --frontier`: every setting of each family's knob grid, the table and the coverage lines."""
-    from collapse_hpo.hpo.replays import frontier as fr
-    from collapse_hpo.hpo.replays import peers
-    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.hpo.replays import frontier as fr  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.hpo.replays import peers  # deferred: pulls numpy; --help stays fast
 
     families = list(dict.fromkeys(args.family or peers.FRONTIER_KNOBS))
     unknown = [f for f in families if f not in peers.FRONTIER_KNOBS]

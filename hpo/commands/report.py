@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._study import load_named_study, storage_for
 from collapse_hpo.hpo.commands.run import add_arguments as _add_arguments
+from collapse_hpo.hpo.sweep.finish import finish
+from collapse_hpo.hpo.sweep.urls import mask_url
+from collapse_hpo.predictors.atomic import check_writable_dir, clean_stale_tmp
+from collapse_hpo.predictors.errors import InputError
 
 HELP = ("print a sweep's or any study's results table and compute saved; write results.csv, curves.csv, "
         "curves.png")
@@ -32,8 +37,6 @@ def run(args: argparse.Namespace) -> int:
     """Read the study (finished, running or interrupted) and write the report; trains nothing."""
     import optuna
 
-    from collapse_hpo.predictors.errors import InputError
-
     if (args.sweep is None) == (args.storage is None):
         raise InputError("report: give a sweep file or --storage URL (one of them)")
     if args.storage is not None:
@@ -41,11 +44,14 @@ def run(args: argparse.Namespace) -> int:
     if args.study is not None:
         raise InputError("report: --study names a study in --storage; a sweep file names its own")
 
-    from collapse_hpo.hpo.sweep.config import load_sweep
-    from collapse_hpo.hpo.sweep.finish import finish
-    from collapse_hpo.hpo.sweep.preflight import check_for_report
-    from collapse_hpo.hpo.sweep.runner import locate, open_study
-    from collapse_hpo.predictors.atomic import clean_stale_tmp
+    from collapse_hpo.hpo.sweep.config import load_sweep  # deferred: pulls pydantic; --help stays fast
+    from collapse_hpo.hpo.sweep.preflight import (
+        check_for_report,  # deferred: pulls pydantic; --help stays fast
+    )
+    from collapse_hpo.hpo.sweep.runner import (  # deferred: pulls pydantic; --help stays fast
+        locate,
+        open_study,
+    )
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep = load_sweep(args.sweep)
@@ -55,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     if sweep.stages:
         return _report_staged(sweep, loc, args)
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
-        from collapse_hpo.predictors.errors import InputError
-
         raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
     study = open_study(sweep, loc)
     clean_stale_tmp(loc.results)
@@ -65,12 +69,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_staged(sweep, loc, args: argparse.Namespace) -> int:
     """`report` of a sweep with ``stages:``: both stages' tables, the transfer and the rank agreement."""
-    from collapse_hpo.hpo.sweep.stages import finish_stages, open_stages, stage_locations
-    from collapse_hpo.predictors.atomic import clean_stale_tmp
+    from collapse_hpo.hpo.sweep.stages import (  # deferred: pulls pydantic; --help stays fast
+        finish_stages,
+        open_stages,
+        stage_locations,
+    )
 
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
-        from collapse_hpo.predictors.errors import InputError
-
         raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
     locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
     studies = open_stages(sweep, locs)
@@ -87,12 +92,12 @@ def _report_study(args: argparse.Namespace) -> int:
 
     import optuna
 
-    from collapse_hpo.hpo.commands._study import load_named_study, storage_for
-    from collapse_hpo.hpo.outputs.report import check_report_outputs, study_unpruned, write_report
-    from collapse_hpo.hpo.sweep.runner import all_failed
-    from collapse_hpo.hpo.sweep.urls import mask_url
-    from collapse_hpo.predictors.atomic import check_writable_dir
-    from collapse_hpo.predictors.errors import InputError
+    from collapse_hpo.hpo.outputs.report import (  # deferred: pulls numpy; --help stays fast
+        check_report_outputs,
+        study_unpruned,
+        write_report,
+    )
+    from collapse_hpo.hpo.sweep.runner import all_failed  # deferred: pulls pydantic; --help stays fast
 
     if args.no_prune:
         raise InputError("report: --no-prune names a sweep file's unpruned run; with --storage, name the "
@@ -128,8 +133,6 @@ def _report_study(args: argparse.Namespace) -> int:
 def _check_results_folder(results: str | None) -> None:
     """A ``--results`` folder must exist already: `report` only reads a sweep, it never creates one."""
     from pathlib import Path
-
-    from collapse_hpo.predictors.errors import InputError
 
     if results is not None and not Path(results).is_dir():
         raise InputError(f"--results {results}: no such folder; give the folder the sweep wrote its "

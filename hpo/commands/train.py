@@ -13,7 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from collapse_hpo.hpo.commands._common import check_outputs
+from collapse_hpo.hpo.extras import require
+from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.timescale import optimal_tau
 
 HELP = "train one model (size, TPP, schedule, τ or λ, corpus, device) and write its curve CSV"
 
@@ -92,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _schedule(args: argparse.Namespace):
-    from collapse_hpo.predictors.schedules import Schedule
+    from collapse_hpo.predictors.schedules import Schedule  # deferred: pulls numpy; --help stays fast
 
     spec = args.schedule.strip()
     if spec.startswith("{"):
@@ -113,8 +117,12 @@ def _schedule(args: argparse.Namespace):
 
 def build_config(args: argparse.Namespace):
     """The TrainConfig of the parsed arguments (InputError on bad or conflicting values)."""
-    from collapse_hpo.predictors.timescale import optimal_tau
-    from collapse_hpo.trainers.config import FAULT_ACKNOWLEDGEMENT, FaultConfig, TrainConfig, plan
+    from collapse_hpo.trainers.config import (  # deferred: pulls numpy; --help stays fast
+        FAULT_ACKNOWLEDGEMENT,
+        FaultConfig,
+        TrainConfig,
+        plan,
+    )
 
     if args.tau is not None and args.weight_decay is not None:
         raise InputError("--tau and --weight-decay: give one of them (λ is derived from τ), not both")
@@ -198,13 +206,13 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collapse_hpo.hpo.commands._common import check_outputs
-    from collapse_hpo.hpo.extras import require
-
     require("training", "torch")
-    from collapse_hpo.predictors.curves import read_curves_csv, write_curves_csv
-    from collapse_hpo.trainers.config import plan
-    from collapse_hpo.trainers.train import train
+    from collapse_hpo.predictors.curves import (  # deferred: pulls numpy; --help stays fast
+        read_curves_csv,
+        write_curves_csv,
+    )
+    from collapse_hpo.trainers.config import plan  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.trainers.train import train  # deferred: pulls torch (train extra)
 
     out = Path(args.output)
     if not out.parent.exists() and str(out.parent):
@@ -231,8 +239,6 @@ def run(args: argparse.Namespace) -> int:
     curves = [c for c in existing if c.run != name] + [result.to_curve(name)]
     write_curves_csv(out, curves)
     if args.metadata:
-        from collapse_hpo.predictors.atomic import atomic_write
-
         with atomic_write(args.metadata) as fh:
             json.dump({"run": name, **result.metadata}, fh, indent=2, default=str)
     val = result.final_val_loss

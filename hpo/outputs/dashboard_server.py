@@ -101,7 +101,7 @@ def make_server(storage: str, host: str = "127.0.0.1", port: int = 8080, *, read
         daemon_threads = True  # Ctrl-C does not wait for idle clients
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    from collapse_hpo.hpo.outputs.dashboard_page import page_app
+    from collapse_hpo.hpo.outputs.dashboard_page import page_app  # deferred: pulls numpy; --help stays fast
 
     try:
         app = page_app(optuna_dashboard.wsgi(storage), storage)  # the collapse figure first, at full width

@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from collapse_hpo.hpo.extras import EXTRA_OF, install_hint
 from collapse_hpo.hpo.replays.replay import STEP_SCALE, ReplayPruner, Sweep
+from collapse_hpo.hpo.rule.record import set_trial_controls
+from collapse_hpo.predictors.calibrate import calibrate
+from collapse_hpo.predictors.curves import read_curves_csv
+from collapse_hpo.predictors.surrogate import Surrogate
 
 PrunerFactory = Callable[[], ReplayPruner]
 
@@ -390,8 +395,6 @@ def unavailable_module(module: str) -> bool:
 
 def missing_library_note(module: str) -> str:
     """Why a peer of the optional library ``module`` is skipped, with the pip command that installs it."""
-    from collapse_hpo.hpo.extras import EXTRA_OF, install_hint
-
     how = install_hint([module]) if module in EXTRA_OF else f"pip install {module}"
     return f"needs the {module!r} package, which is not installed ({how})"
 
@@ -422,22 +425,15 @@ def load_surrogate(*, surrogate: str | None = None, reference: str | None = None
 
     Returns None when neither is given. Raises InputError on a bad file (it names the file).
     """
-    from collapse_hpo.predictors.surrogate import Surrogate
-
     if surrogate:
         return Surrogate.load(surrogate)
     if reference:
-        from collapse_hpo.predictors.calibrate import calibrate
-        from collapse_hpo.predictors.curves import read_curves_csv
-
         return calibrate(read_curves_csv(reference)).surrogate
     return None
 
 
 def _set_controls(trial: Any, curve: Any) -> None:
     """The trial's controls as the CollapsePruner reads them: a step is t̂ in STEP_SCALE-ths of training."""
-    from collapse_hpo.hpo.rule.record import set_trial_controls
-
     set_trial_controls(trial, units="steps", total=STEP_SCALE, schedule=curve.schedule, tau=curve.tau,
                        tpp=curve.tpp)
 
@@ -447,7 +443,9 @@ def collapse_factory(name: str, reference: Any, **settings: Any) -> PrunerFactor
     settings."""
 
     def build(sweep: Sweep) -> Any:
-        from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+        from collapse_hpo.hpo.optuna_side.pruner import (
+            CollapsePruner,  # deferred: pulls optuna; this module loads it only when used
+        )
 
         return CollapsePruner(reference=reference, **settings)
 

@@ -45,8 +45,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from collapse_hpo.hpo.rule.reference import FitCache, fit_caching
+from collapse_hpo.predictors import spreadsheet
+from collapse_hpo.predictors.atomic import atomic_write_path
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import PredictionCache, caching
 
 #: Optuna and Ray want integer progress: report steps are t̂ in units of 1/STEP_SCALE of training.
 STEP_SCALE = 1000
@@ -332,17 +336,11 @@ class ReplayCaches:
     @classmethod
     def new(cls) -> ReplayCaches:
         """Empty caches."""
-        from collapse_hpo.hpo.rule.reference import FitCache
-        from collapse_hpo.predictors.predict import PredictionCache
-
         return cls(predictions=PredictionCache(), fits=FitCache())
 
     @contextmanager
     def active(self) -> Iterator[ReplayCaches]:
         """Install both caches for the calls made in the block."""
-        from collapse_hpo.hpo.rule.reference import fit_caching
-        from collapse_hpo.predictors.predict import caching
-
         with caching(self.predictions), fit_caching(self.fits):
             yield self
 
@@ -525,7 +523,6 @@ def write_summary_csv(path: str | os.PathLike[str], summaries: Sequence[Summary]
 
     path = Path(path)
     keys = list(summaries[0].row()) if summaries else [f.name for f in Summary.__dataclass_fields__.values()]
-    from collapse_hpo.predictors import spreadsheet
 
     spreadsheet.write_csv(path, keys, (s.row() for s in summaries))
 
@@ -570,7 +567,6 @@ def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summar
             ax.scatter([], [], marker=markers[j % len(markers)], color="k", label=sw)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from collapse_hpo.predictors.atomic import atomic_write_path
 
     try:
         with atomic_write_path(path) as tmp:

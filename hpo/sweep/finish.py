@@ -3,6 +3,9 @@ dashboard figure, the table, and the exit status."""
 
 from __future__ import annotations
 
+from collapse_hpo.hpo.extras import missing_note
+from collapse_hpo.hpo.sweep.stop import stopped_line
+
 
 def finish(study, sweep, loc, stop_signal: int | None = None) -> int:
     """Write the report files, publish the dashboard figure and notes, print the table and the summary.
@@ -12,8 +15,11 @@ def finish(study, sweep, loc, stop_signal: int | None = None) -> int:
     FAILed (one line): such a sweep found nothing and must not look like a success to a script or CI."""
     import sys
 
-    from collapse_hpo.hpo.outputs.report import write_report
-    from collapse_hpo.hpo.sweep.runner import all_failed, unpruned_tokens
+    from collapse_hpo.hpo.outputs.report import write_report  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.hpo.sweep.runner import (  # deferred: pulls pydantic; --help stays fast
+        all_failed,
+        unpruned_tokens,
+    )
 
     table, lines = write_report(study, loc.results, unpruned_tokens(sweep, study), sweep.reference_path(),
                                 title=loc.study_name)
@@ -24,8 +30,6 @@ def finish(study, sweep, loc, stop_signal: int | None = None) -> int:
     if note:
         print(note)
     if stop_signal is not None:
-        from collapse_hpo.hpo.sweep.stop import stopped_line
-
         print(f"collapse-hpo: {sweep.source}: {stopped_line(stop_signal, sweep.source)}", file=sys.stderr)
         return 128 + stop_signal
     failed = all_failed(study)
@@ -42,12 +46,11 @@ def publish_dashboard(study, sweep, loc) -> str:
 
     if importlib.util.find_spec("collapse_hpo.hpo.outputs.dashboard") is None:
         return ""
-    from collapse_hpo.hpo.extras import missing_note
 
     absent = missing_note("the dashboard", "optuna_dashboard", "plotly")
     if absent is not None:
         return f"dashboard: not published ({absent})"
-    from collapse_hpo.hpo.outputs import dashboard
+    from collapse_hpo.hpo.outputs import dashboard  # deferred: pulls numpy; --help stays fast
 
     fn = getattr(dashboard, "publish", None)
     if fn is None:

@@ -78,7 +78,9 @@ class SweepLease:
         if self._engine is None:
             import sqlalchemy
 
-            from collapse_hpo.hpo.sweep.trial import storage_url
+            from collapse_hpo.hpo.sweep.trial import (
+                storage_url,  # deferred: pulls pydantic; this module loads it only when used
+            )
 
             kwargs: dict[str, Any] = {}
             if self.url.startswith("sqlite"):

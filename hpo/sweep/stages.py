@@ -35,14 +35,22 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.outputs.report import check_report_outputs, trial_rows
+from collapse_hpo.hpo.replays.replay import spearman
 from collapse_hpo.hpo.sweep.config import STAGE_SUFFIX, SweepConfig
+from collapse_hpo.hpo.sweep.finish import finish
+from collapse_hpo.hpo.sweep.preflight import check_trials, preflight
+from collapse_hpo.hpo.sweep.runner import SweepLocation, _sqlite_parent, locate, open_study, run_sweep
+from collapse_hpo.hpo.sweep.space import sweep_total_tokens
+from collapse_hpo.hpo.sweep.stop import STOP, Interrupted, stopped_line
+from collapse_hpo.hpo.sweep.trial import open_storage, train_config
+from collapse_hpo.hpo.sweep.urls import resolve_url
 from collapse_hpo.predictors import spreadsheet
+from collapse_hpo.predictors.atomic import check_writable_file, describe_os_error
 from collapse_hpo.predictors.errors import InputError
 
 if TYPE_CHECKING:
     import optuna
-
-    from collapse_hpo.hpo.sweep.runner import SweepLocation
 
 #: Study user attr of stage 2: its plan, one dict per draw (`top_settings` with the transferred params).
 STAGE_PLAN_ATTR = "stage_plan"
@@ -152,8 +160,6 @@ def stage_locations(sweep: SweepConfig, results: str | os.PathLike[str] | None =
                     no_prune: bool = False) -> list[SweepLocation]:
     """Where each stage lives: one storage (the sweep's), studies ``<study>-stage1/2`` (``<study>`` as
     `runner.locate` names the sweep, ``-noprune`` included), results in ``<results>/stage1``, ``/stage2``."""
-    from collapse_hpo.hpo.sweep.runner import SweepLocation, locate
-
     root = locate(sweep, results, no_prune=no_prune)
     names = stage_names(root.study_name)
     return [SweepLocation(root.results / f"stage{i + 1}", root.storage_url, names[i], root.prune)
@@ -219,8 +225,6 @@ def transfer(sweep: SweepConfig, params1: dict[str, Any], seed: int | None = Non
     ``tau`` (τ), ``tpp``, ``total_tokens`` (D) and ``params_non_embedding`` (N) of stage 1 and of stage 2,
     as ``{"stage1": {...}, "stage2": {...}}`` (from `hpo.sweep.trial.train_config`: what the trials train
     with)."""
-    from collapse_hpo.hpo.sweep.trial import train_config
-
     seed = sweep.seeds[0] if seed is None else seed
     out = {}
     for i, params in ((0, params1), (1, transfer_params(sweep, params1))):
@@ -234,9 +238,6 @@ def transfer(sweep: SweepConfig, params1: dict[str, Any], seed: int | None = Non
 def stored_plan(loc: SweepLocation, sweep: SweepConfig) -> list[dict[str, Any]] | None:
     """Stage 2's stored plan (study user attr ``stage_plan``), or None when its study does not exist."""
     import optuna
-
-    from collapse_hpo.hpo.sweep.trial import open_storage
-    from collapse_hpo.hpo.sweep.urls import resolve_url
 
     storage = open_storage(resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'"), sweep)
     try:
@@ -260,9 +261,6 @@ def run_stages(sweep: SweepConfig, results: str | os.PathLike[str] | None = None
     preflight).
     """
     import sys
-
-    from collapse_hpo.hpo.sweep.runner import run_sweep
-    from collapse_hpo.hpo.sweep.stop import STOP, Interrupted, stopped_line
 
     locs = stage_locations(sweep, results, no_prune=no_prune)
     stream = out or sys.stdout
@@ -291,23 +289,17 @@ def _preflight(sweep: SweepConfig, first: SweepConfig, locs: list[SweepLocation]
     """Before anything is created: every check of `run` for stage 1 (against the folder that holds both
     stages and the storage), and stage 2's trials at the target shape (config, tokens, memory); then the
     folder is made, so each stage's own preflight finds its storage's folder."""
-    from collapse_hpo.hpo.sweep.preflight import check_trials, preflight
-
     root = Path(locs[0].results).parent
     preflight(first, root, locs[0].storage_url, locs[0].prune)
     check_trials(stage_sweep(sweep, 1))
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        from collapse_hpo.predictors.atomic import describe_os_error
-
         raise InputError(f"{sweep.source}: {describe_os_error(root, err)}") from None
 
 
 def _check_resumable(sweep: SweepConfig, loc: SweepLocation) -> None:
     """`resume` of a sweep whose default SQLite storage does not exist: say so before anything is created."""
-    from collapse_hpo.hpo.sweep.runner import _sqlite_parent
-
     parent = _sqlite_parent(loc.storage_url)
     if parent is not None and parent == loc.results.parent and not (parent / "study.db").exists():
         raise InputError(f"{sweep.source}: no sweep to resume in {parent}: start it with "
@@ -317,7 +309,6 @@ def _check_resumable(sweep: SweepConfig, loc: SweepLocation) -> None:
 def _describe(sweep: SweepConfig, index: int) -> str:
     width, depth = stage_shape(sweep, index)
     st = stage_sweep(sweep, index)
-    from collapse_hpo.hpo.sweep.space import sweep_total_tokens
 
     _d, tpp, n = sweep_total_tokens(st)
     what = f"{st.n_draws} settings" if index == 0 else f"top {_stages(sweep)[1].top_k} settings"
@@ -328,8 +319,6 @@ def _describe(sweep: SweepConfig, index: int) -> str:
 def trial_compute(study: optuna.Study) -> float:
     """Compute of every trial of ``study`` (failed attempts included) in N·D: Σ tokens trained × non-embedding
     params (6·N·D is the usual FLOPs estimate)."""
-    from collapse_hpo.hpo.outputs.report import trial_rows
-
     total = 0.0
     params = {t.number: t.user_attrs.get("params_non_embedding") for t in study.get_trials(deepcopy=False)}
     for r in trial_rows(study):
@@ -379,8 +368,6 @@ def transfer_rows(sweep: SweepConfig, study1: optuna.Study, study2: optuna.Study
 def rank_agreement(rows: list[dict[str, Any]]) -> tuple[float, int]:
     """Spearman ρ of the stage-1 and stage-2 final losses of the settings both stages trained to the end, and
     how many there were (ρ is NaN below 3)."""
-    from collapse_hpo.hpo.replays.replay import spearman
-
     pairs = [(r["final_loss_1"], r["final_loss_2"]) for r in rows
              if r["final_loss_1"] is not None and r["final_loss_2"] is not None]
     return spearman([p[0] for p in pairs], [p[1] for p in pairs]), len(pairs)
@@ -440,10 +427,6 @@ def write_transfer_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]])
 def finish_stages(sweep: SweepConfig, locs: list[SweepLocation], studies: list[optuna.Study | None]) -> int:
     """Report each stage (its table, files and dashboard, as a plain sweep), then the stages summary; write
     ``transfer.csv`` next to the stage folders. Returns 1 when a stage's every trial failed, else 0."""
-    from collapse_hpo.hpo.outputs.report import check_report_outputs
-    from collapse_hpo.hpo.sweep.finish import finish
-    from collapse_hpo.predictors.atomic import check_writable_file
-
     for loc, study in zip(locs, studies):  # every output of every stage checked before any is written
         if study is not None and Path(loc.results).is_dir():
             check_report_outputs(loc.results)
@@ -475,8 +458,6 @@ def _n_settings(study: optuna.Study) -> int | None:
 
 def open_stages(sweep: SweepConfig, locs: list[SweepLocation]) -> list[optuna.Study | None]:
     """The stage studies that exist (`report`): stage 1 must; stage 2 is None before it began."""
-    from collapse_hpo.hpo.sweep.runner import open_study
-
     study1 = open_study(stage_sweep(sweep, 0), locs[0])
     plan = stored_plan(locs[1], sweep)
     if plan is None:

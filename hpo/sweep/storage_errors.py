@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from collapse_hpo.hpo.sweep.urls import mask_url, sqlite_file
 from collapse_hpo.predictors.errors import InputError
 
 #: What a damaged database tells the user to do.
@@ -100,8 +101,6 @@ def find_fault(err: BaseException | None) -> StorageFault | None:
 
 def _where(url: Any) -> str:
     """The file of a SQLite URL, else the URL with its password masked."""
-    from collapse_hpo.hpo.sweep.urls import mask_url
-
     if url is None:
         return "the database"
     if url.get_backend_name() == "sqlite":
@@ -135,7 +134,6 @@ class SpaceReserve:
 
     def __init__(self, storage_url: str, study_name: str) -> None:
         self.path: Path | None = None
-        from collapse_hpo.hpo.sweep.urls import sqlite_file
 
         db = sqlite_file(storage_url)  # percent-encoding decoded: the default URL encodes odd folder names
         if db is not None:

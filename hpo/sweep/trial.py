@@ -25,12 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.extras import install_hint, missing
+from collapse_hpo.hpo.sweep import storage_errors
 from collapse_hpo.hpo.sweep.config import SweepConfig
+from collapse_hpo.hpo.sweep.space import space_for_sweep
+from collapse_hpo.hpo.sweep.urls import mask_text, mask_url, resolve_url
+from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.trainers.config import FaultConfig, TrainConfig, plan
 
 if TYPE_CHECKING:
     import optuna
-
-    from collapse_hpo.trainers.config import TrainConfig
 
 # Keys of the Ray Tune trial config the driver builds (see `trial_config`).
 CONFIG_KEYS = ("sweep", "storage", "study", "number", "prune", "results")
@@ -54,10 +59,6 @@ def storage_url(url: str) -> str:
     plain ``postgresql://`` names no driver: SQLAlchemy 2.1 loads psycopg 3 for it (the ``postgres`` extra),
     2.0 loads psycopg2; so it names whichever of the two is installed when the other is not."""
     import importlib.util
-
-    from collapse_hpo.hpo.extras import install_hint, missing
-    from collapse_hpo.hpo.sweep.urls import mask_url, resolve_url
-    from collapse_hpo.predictors.errors import InputError
 
     url = resolve_url(url, "storage")
     if url.startswith("postgresql") and missing("psycopg", "psycopg2") == ["psycopg", "psycopg2"]:
@@ -96,7 +97,9 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
 
     if not (prune and sweep.pruner.enabled):
         return optuna.pruners.NopPruner()
-    from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+    from collapse_hpo.hpo.optuna_side.pruner import (
+        CollapsePruner,  # deferred: pulls optuna; this module loads it only when used
+    )
 
     p = sweep.pruner
     return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
@@ -116,7 +119,7 @@ def report_drills(fault: Any) -> list[Callable[[Any], None]]:
     """The reporter hooks of a sweep's fault drill (``kill_worker``: the worker dies outright); [] without."""
     if fault is None or fault.kind != "kill_worker":
         return []
-    from collapse_hpo.trainers.fault import KillWorker
+    from collapse_hpo.trainers.fault import KillWorker  # deferred: pulls torch (train extra)
 
     return [KillWorker(fault.start_t_hat)]
 
@@ -125,10 +128,6 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
                  fault: Any = None) -> tuple[TrainConfig, dict[str, Any]]:
     """The `TrainConfig` of a trial with sampled ``params`` and training ``seed``, and its derived
     hyperparameters (lr, batch_tokens, weight_decay λ, tau τ, total_tokens D, tpp, schedule, ...)."""
-    from collapse_hpo.hpo.sweep.space import space_for_sweep
-    from collapse_hpo.predictors.schedules import Schedule
-    from collapse_hpo.trainers.config import TrainConfig, plan
-
     space = space_for_sweep(sweep)
     hp = space.derive(params)
     sched = Schedule.parse(sweep.schedule)
@@ -157,8 +156,6 @@ def train_config(sweep: SweepConfig, params: dict[str, Any], seed: int,
     if t.val_fractions is not None:
         extra["val_fractions"] = tuple(t.val_fractions)
     if fault is not None and fault.kind != "kill_worker":
-        from collapse_hpo.trainers.config import FaultConfig
-
         extra["fault"] = FaultConfig(acknowledge=fault.acknowledge, kind=fault.kind,
                                      start_t_hat=fault.start_t_hat)
     config = TrainConfig(**shape, **budget, batch_tokens=int(hp["batch_tokens"]), lr=float(hp["lr"]),
@@ -220,8 +217,7 @@ def run_trial(config: dict[str, Any], tune_report: Callable[[dict[str, Any]], No
     """
     import optuna
 
-    from collapse_hpo.hpo.sweep import storage_errors
-    from collapse_hpo.trainers.train import train
+    from collapse_hpo.trainers.train import train  # deferred: pulls torch (train extra)
 
     storage_errors.watch()
     sweep = SweepConfig.model_validate(config["sweep"])
@@ -327,8 +323,6 @@ def _record_failure(study: Any, number: int, trial_id: int, storage: Any, err: B
                     tokens: int) -> None:
     """Write the error (type, message, traceback, tokens trained) to the trial and end it FAIL."""
     import optuna
-
-    from collapse_hpo.hpo.sweep.urls import mask_text
 
     first = (str(err).strip().splitlines() or [""])[0][:500]
     try:

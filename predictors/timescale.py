@@ -87,6 +87,29 @@ def no_decay_tau(tau: object) -> object:
     return tau
 
 
+def check_one_decay(
+    tau_given: bool, weight_decay_given: bool, *, where: str = "", tau: str = "tau",
+    weight_decay: str = "weight_decay",
+) -> None:
+    """Refuse a held τ and a weight decay λ given together: λ is derived from τ (``derive_decay``), so only
+    one of them may be given. The one refusal of every boundary that takes both (the sweep file and its
+    search space, ``TrainConfig``, ``derive_decay``, the ``train`` and ``forecast`` commands).
+
+    Args:
+        tau_given, weight_decay_given: whether each was given (the caller says what "given" means there).
+        where: what the message starts with (e.g. "search space"); "" = nothing.
+        tau, weight_decay: the names the user wrote them with (e.g. "--tau", "--weight-decay").
+
+    Raises:
+        InputError: "<where>: <tau> and <weight_decay> are both set; give one of them, not both (the weight
+            decay λ is derived from τ)" when both were given.
+    """
+    if tau_given and weight_decay_given:
+        prefix = f"{where}: " if where else ""
+        raise InputError(f"{prefix}{tau} and {weight_decay} are both set; give one of them, not both (the "
+                         "weight decay λ is derived from τ)")
+
+
 def derive_decay(
     batch_tokens: float,
     lr: float,
@@ -102,8 +125,7 @@ def derive_decay(
     the tokens the run actually trains (after any rounding to whole steps). Raises InputError when both are
     given or a value is out of range.
     """
-    if tau is not None and weight_decay is not None:
-        raise InputError("give tau or weight_decay, not both (weight_decay is derived from tau)")
+    check_one_decay(tau is not None, weight_decay is not None)
     if tau is not None:
         t = _positive("tau", tau)
         return weight_decay_for_tau(batch_tokens, lr, t, total_tokens), t

@@ -23,7 +23,7 @@ from typing import Any
 
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
-from collapse_hpo.predictors.timescale import derive_decay, no_decay_tau
+from collapse_hpo.predictors.timescale import check_one_decay, derive_decay, no_decay_tau
 
 #: The exact phrase a FaultConfig needs in its ``acknowledge`` field. A fault corrupts training on purpose.
 FAULT_ACKNOWLEDGEMENT = "I am injecting a training fault on purpose"
@@ -296,8 +296,10 @@ class TrainConfig:
             raise bad("tpp", f"must be a positive number, got {self.tpp!r}")
         if self.total_tokens is not None and not _is_positive_int(self.total_tokens):
             raise bad("total_tokens", f"must be a positive integer (tokens), got {self.total_tokens!r}")
-        if self.tau is not None and self.weight_decay is not None:
-            raise bad("tau", "give tau or weight_decay, not both (weight_decay is derived from tau)")
+        try:
+            check_one_decay(self.tau is not None, self.weight_decay is not None)
+        except InputError as err:
+            raise bad("tau", str(err)) from None
         if self.tau is not None and (not _is_number(self.tau) or self.tau <= 0):
             raise bad("tau", f"must be a positive number (None = no weight decay), got {self.tau!r}")
         if self.weight_decay is not None and (not _is_number(self.weight_decay) or self.weight_decay < 0):

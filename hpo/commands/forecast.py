@@ -9,7 +9,7 @@ from collapse_hpo.hpo.extras import require
 from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write_path
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.timescale import adamw_tau
+from collapse_hpo.predictors.timescale import adamw_tau, check_one_decay
 
 HELP = "forecast a run's final loss (with a 90% interval) and whole loss curve before training"
 
@@ -52,6 +52,8 @@ def _tau(args: argparse.Namespace) -> float | None:
     import math
 
     trio = (args.lr, args.batch_tokens, args.weight_decay)
+    check_one_decay(args.tau is not None, args.weight_decay is not None, tau="--tau",
+                    weight_decay="--weight-decay")
     if args.tau is not None:
         if any(v is not None for v in trio):
             raise InputError("give either --tau or --lr with --batch-tokens and --weight-decay, not both")

@@ -17,7 +17,7 @@ from collapse_hpo.hpo.commands._common import check_outputs
 from collapse_hpo.hpo.extras import require
 from collapse_hpo.predictors.atomic import atomic_write
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.timescale import optimal_tau
+from collapse_hpo.predictors.timescale import check_one_decay, optimal_tau
 
 HELP = "train one model (size, TPP, schedule, τ or λ, corpus, device) and write its curve CSV"
 
@@ -124,8 +124,8 @@ def build_config(args: argparse.Namespace):
         plan,
     )
 
-    if args.tau is not None and args.weight_decay is not None:
-        raise InputError("--tau and --weight-decay: give one of them (λ is derived from τ), not both")
+    check_one_decay(args.tau is not None, args.weight_decay is not None, tau="--tau",
+                    weight_decay="--weight-decay")
     fault = None
     if args.fault_at is not None:
         if not args.acknowledge_fault:

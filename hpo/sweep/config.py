@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN
 from collapse_hpo.hpo.sweep.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
 from collapse_hpo.predictors.errors import EXCERPT_CHARS, InputError, clip, excerpt
+from collapse_hpo.predictors.timescale import check_one_decay
 
 # Upper bounds of counts and sizes: beyond these a sweep is a typo (1e21 trials), not a plan.
 MAX_TRIALS = 100_000
@@ -458,11 +459,11 @@ class SweepConfig(_Strict):
                 raise _FieldError(key, "is needed: put it in 'fixed' (a value) or 'space' (a distribution)")
         tau_given = "tau" in self.model_fields_set or "tau" in given
         tau_null = "tau" in self.model_fields_set and self.tau is None
-        if "weight_decay" in given and tau_given and not tau_null:
+        try:
+            check_one_decay(tau_given and not tau_null, "weight_decay" in given)
+        except InputError as err:
             where = "space.weight_decay" if "weight_decay" in self.space else "fixed.weight_decay"
-            raise _FieldError(
-                where, "weight_decay and tau are both set; give tau (λ derived) or weight_decay, tau: null"
-            )
+            raise _FieldError(where, str(err)) from None
         if "tau" in given and "tau" in self.model_fields_set:
             raise _FieldError("tau", "tau is set at the top level and in fixed/space; keep one")
         optimal = self.tau == "optimal" and "tau" not in given and "weight_decay" not in given

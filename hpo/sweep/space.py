@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.timescale import derive_decay, optimal_tau
+from collapse_hpo.predictors.timescale import check_one_decay, derive_decay, optimal_tau
 
 if TYPE_CHECKING:
     import optuna
@@ -51,10 +51,7 @@ class TauHeldSpace:
         self.distributions = dict(distributions)
         self.fixed = dict(fixed or {})
         names = set(self.distributions) | set(self.fixed)
-        if tau is not None and "weight_decay" in names:
-            raise InputError("search space: weight_decay and tau are both set; give tau (λ is derived) or λ")
-        if "tau" in names and "weight_decay" in names:
-            raise InputError("search space: weight_decay and tau are both set; give one of them")
+        check_one_decay(tau is not None or "tau" in names, "weight_decay" in names, where="search space")
         for key in ("lr", "batch_tokens"):
             if key not in names:
                 raise InputError(f"search space: {key!r} is needed, fixed or searched")

@@ -43,7 +43,7 @@ BAD = {
         "space.momentum", "allowed: lr, batch_tokens"),
     "wrong type": (_with(trials="many"), "trials", "valid integer"),
     "wrong type nested": (_with(model={"width": "wide", "depth": 1, "heads": 2}), "model.width", "integer"),
-    "out of range": (_with(pruner={"min_fraction": 1.5}), "pruner.min_fraction", "less than 1"),
+    "out of range": (_with(pruner={"min_fraction": 1.5}), "pruner.min_fraction", "in (0, 1), got 1.5"),
     "negative retries": (_with(retries=-1), "retries", "greater than or equal to 0"),
     "tau not a number": (_with(tau="best"), "tau", "'optimal'"),
     "tau negative": (_with(tau=-0.1), "tau", "positive number"),

@@ -21,8 +21,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from collapse_hpo.hpo.optuna_side import store
 from collapse_hpo.hpo.rule.curve import CurveView
-from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN, PruneSettings
+from collapse_hpo.hpo.rule.decision import PruneSettings, settings_of
 from collapse_hpo.hpo.rule.judge import (
+    DEFAULT_JUDGE_EVERY,
     STARTUP_WARNING,
     WARNINGS_ATTR,
     Judge,
@@ -163,13 +164,16 @@ class CollapsePruner(BasePruner):
     Args:
         reference: the reference surrogate: a ``Surrogate``, a surrogate JSON path, ``"online"``, a reference
             object from hpo/rule/reference.py, or a mapping spec (see ``make_reference``).
-        min_fraction: t̂ before which no trial is judged, in (0, 1).
-        confidence: confidence of the predicted interval, in (0, 1).
-        keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
-        comparison: "paired" (default) or "interval" (see above and hpo/rule/decision.py).
-        margin: the pruner's one knob: the log-ratio by which a competitor must lead at a common fraction to
-            cut a trial (0.04 = 4%; smaller prunes more and risks the winner more; see
-            ``PruneSettings.margin``), in [0, 1).
+        settings: the decision rule's settings (``PruneSettings``), the same object the Ray
+            ``CollapseScheduler`` takes; None = built from the five shortcuts below.
+        min_fraction, confidence, keep_top_k, comparison, margin: shortcuts for the ``PruneSettings`` fields
+            of those names (None = its default; with ``settings`` given, a shortcut that differs from its
+            value there is an error): ``min_fraction``, t̂ before which no trial is judged, in (0, 1);
+            ``confidence`` of the predicted interval, in (0, 1); ``keep_top_k``, never prune a trial that
+            could still be among the ``keep_top_k`` best (integer ≥ 1); ``comparison``, "paired" (default)
+            or "interval" (see above and hpo/rule/decision.py); ``margin``, the pruner's one knob: the
+            log-ratio by which a competitor must lead at a common fraction to cut a trial (0.04 = 4%, the
+            default; smaller prunes more and risks the winner more; see ``PruneSettings.margin``), in [0, 1).
         total: default training length per trial in ``units`` (positive), for trials without that attr.
         units: what a reported step counts: "tokens" (default), "steps" or "fraction" (see above).
         total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
@@ -194,11 +198,12 @@ class CollapsePruner(BasePruner):
         self,
         *,
         reference: Any,
-        min_fraction: float = 0.1,
-        confidence: float = 0.9,
-        keep_top_k: int = 1,
-        comparison: str = "paired",
-        margin: float = DEFAULT_MARGIN,
+        settings: PruneSettings | None = None,
+        min_fraction: float | None = None,
+        confidence: float | None = None,
+        keep_top_k: int | None = None,
+        comparison: str | None = None,
+        margin: float | None = None,
         total: float | None = None,
         units: str = "tokens",
         total_tokens: float | None = None,
@@ -206,14 +211,12 @@ class CollapsePruner(BasePruner):
         tau: float | None = None,
         tpp: float | None = None,
         report_prediction: bool = False,
-        judge_every: float = 0.02,
+        judge_every: float = DEFAULT_JUDGE_EVERY,
     ) -> None:
         try:
-            settings = PruneSettings(
-                min_fraction=min_fraction, confidence=confidence, keep_top_k=keep_top_k,
-                comparison=comparison, margin=margin,
-            )
-            self._judge = Judge(settings, judge_every=judge_every)
+            rule = settings_of(settings, min_fraction=min_fraction, confidence=confidence,
+                               keep_top_k=keep_top_k, comparison=comparison, margin=margin)
+            self._judge = Judge(rule, judge_every=judge_every)
         except InputError as err:
             raise InputError(f"CollapsePruner: {err}") from None
         self._defaults = TrialControls.check(

@@ -102,8 +102,9 @@ from collapse_hpo.hpo.ray_side.scheduler_state import (
     write_snapshot,
 )
 from collapse_hpo.hpo.rule.curve import CurveView
-from collapse_hpo.hpo.rule.decision import PruneSettings
+from collapse_hpo.hpo.rule.decision import PruneSettings, settings_of
 from collapse_hpo.hpo.rule.judge import (
+    DEFAULT_JUDGE_EVERY,
     Judge,
     JudgeWarning,
     TrialView,
@@ -169,7 +170,11 @@ class CollapseScheduler(FIFOScheduler):
             defined, e.g. fine-tuning or a model that is no LLM), used when ``controls`` gives none.
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
             ``total`` (in ``units``), ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
-        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin).
+        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin), the same
+            object the Optuna ``CollapsePruner`` takes; None = built from the shortcuts below.
+        min_fraction, confidence, keep_top_k, comparison, margin: shortcuts for the ``PruneSettings`` fields
+            of those names, as the pruner's (None = its default; with ``settings`` given, a shortcut that
+            differs from its value there is an error).
         judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
             0 = at every result).
         state_path: where to keep the state's snapshot (its journal goes beside it, see
@@ -207,13 +212,18 @@ class CollapseScheduler(FIFOScheduler):
         tpp: float | None = None,
         controls: ControlsFn | None = None,
         settings: PruneSettings | None = None,
+        min_fraction: float | None = None,
+        confidence: float | None = None,
+        keep_top_k: int | None = None,
+        comparison: str | None = None,
+        margin: float | None = None,
         state_path: str | os.PathLike[str] | None = None,
         storage: str | None = None,
         study_name: str | None = None,
         param_distributions: Mapping[str, Any] | None = None,
         complete_fraction: float = COMPLETE_T_HAT,
         report_prediction: bool = False,
-        judge_every: float = 0.02,
+        judge_every: float = DEFAULT_JUDGE_EVERY,
     ) -> None:
         super().__init__()
         if mode is not None and mode != "min":
@@ -241,7 +251,9 @@ class CollapseScheduler(FIFOScheduler):
         self.defaults = TrialControls.check(schedule=schedule, tau=tau, tpp=tpp, where="CollapseScheduler")
         self.controls = controls
         try:
-            self.judge = Judge(settings or PruneSettings(), judge_every=judge_every)
+            rule = settings_of(settings, min_fraction=min_fraction, confidence=confidence,
+                               keep_top_k=keep_top_k, comparison=comparison, margin=margin)
+            self.judge = Judge(rule, judge_every=judge_every)
         except InputError as err:
             raise InputError(f"CollapseScheduler: {err}") from None
         self.settings = self.judge.settings

@@ -173,29 +173,74 @@ class PruneSettings:
         for name in ("min_fraction", "confidence"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InputError(f"pruner setting {name!r} must be a finite number, got {value!r}")
+                raise SettingError(name, f"must be a finite number, got {value!r}")
         if not 0.0 < self.min_fraction < 1.0:
-            raise InputError(
-                f"pruner setting 'min_fraction' must be a fraction of training in (0, 1), "
-                f"got {self.min_fraction}"
+            raise SettingError(
+                "min_fraction", f"must be a fraction of training in (0, 1), got {self.min_fraction}"
             )
         if not 0.0 < self.confidence < 1.0:
-            raise InputError(f"pruner setting 'confidence' must be in (0, 1), got {self.confidence}")
+            raise SettingError("confidence", f"must be in (0, 1), got {self.confidence}")
         if isinstance(self.keep_top_k, bool) or not isinstance(self.keep_top_k, int) or self.keep_top_k < 1:
-            raise InputError(f"pruner setting 'keep_top_k' must be an integer >= 1, got {self.keep_top_k!r}")
+            raise SettingError("keep_top_k", f"must be an integer >= 1, got {self.keep_top_k!r}")
         if (
             isinstance(self.margin, bool) or not isinstance(self.margin, int | float)
             or not math.isfinite(self.margin) or not 0.0 <= self.margin < 1.0
         ):
-            raise InputError(
-                f"pruner setting 'margin' must be a log-ratio in [0, 1) (0.04 = 4% of the loss), "
-                f"got {self.margin!r}"
+            raise SettingError(
+                "margin", f"must be a log-ratio in [0, 1) (0.04 = 4% of the loss), got {self.margin!r}"
             )
         if self.comparison not in COMPARISONS:
-            raise InputError(
-                f"pruner setting 'comparison' must be one of {', '.join(COMPARISONS)}, "
-                f"got {self.comparison!r}"
+            raise SettingError(
+                "comparison", f"must be one of {', '.join(COMPARISONS)}, got {self.comparison!r}"
             )
+
+
+#: The fields of ``PruneSettings``: the keyword shortcuts both adapters take beside ``settings=``.
+SETTING_NAMES = ("min_fraction", "confidence", "keep_top_k", "comparison", "margin")
+
+
+class SettingError(InputError):
+    """A bad value of one of the rule's settings (a ``PruneSettings`` field, or the judge's ``judge_every``):
+    the one check of each, whoever asks (an adapter, the sweep file's ``PrunerSpec``).
+
+    Attributes:
+        name: the setting, e.g. "min_fraction".
+        problem: what is wrong and what is allowed, e.g. "must be in (0, 1), got 1.5"; the message is
+            "pruner setting '<name>' <problem>".
+    """
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"pruner setting {name!r} {problem}")
+        self.name = name
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.name, self.problem)
+
+
+def settings_of(settings: PruneSettings | None = None, **shortcuts: Any) -> PruneSettings:
+    """The rule's settings of an adapter (``CollapsePruner``, ``CollapseScheduler``): ``settings``, or the
+    ``PruneSettings`` its keyword shortcuts (``SETTING_NAMES``; None = not given, the default) build. Either
+    way the same object, checked once, by ``PruneSettings``.
+
+    Raises:
+        SettingError: on a bad value, or a shortcut given with ``settings`` whose value differs there.
+        InputError: when ``settings`` is no PruneSettings.
+    """
+    unknown = sorted(set(shortcuts) - set(SETTING_NAMES))
+    if unknown:
+        raise TypeError(f"settings_of: unknown setting(s) {', '.join(unknown)}")
+    given = {k: v for k, v in shortcuts.items() if v is not None}
+    if settings is None:
+        return PruneSettings(**given)
+    if not isinstance(settings, PruneSettings):
+        raise InputError(f"settings must be a PruneSettings, got {type(settings).__name__}")
+    for name, value in given.items():
+        if getattr(settings, name) != value:
+            there = getattr(settings, name)
+            raise SettingError(name, f"is given twice: {value!r} as a keyword, {there!r} in settings=; give "
+                               "it in one place")
+    return settings
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from collapse_hpo.hpo.rule.decision import (
     Competitor,
     Decision,
     PruneSettings,
+    SettingError,
     decide_cleaned,
     not_judged_yet,
 )
@@ -65,6 +66,8 @@ STATES = ("running", "complete", "pruned", "other")
 PAST_END_WARNING = "progress_past_total"
 UNJUDGEABLE_WARNING = "trial_never_judged"
 STARTUP_WARNING = "tpe_startup"
+#: The default ``judge_every`` (fraction of training) of the judge and of both adapters.
+DEFAULT_JUDGE_EVERY = 0.02
 #: ``Judge._early``'s answer when a judgement is due.
 _DUE = object()
 _TPP_UNKNOWN = (
@@ -190,7 +193,7 @@ class Judge:
         InputError: on a bad ``judge_every`` (``PruneSettings`` checks the rest).
     """
 
-    def __init__(self, settings: PruneSettings, *, judge_every: float = 0.02) -> None:
+    def __init__(self, settings: PruneSettings, *, judge_every: float = DEFAULT_JUDGE_EVERY) -> None:
         if not isinstance(settings, PruneSettings):
             raise InputError(f"Judge: settings must be a PruneSettings, got {type(settings).__name__}")
         if (
@@ -198,7 +201,9 @@ class Judge:
             or not isinstance(judge_every, int | float)
             or not 0.0 <= judge_every < 1.0
         ):
-            raise InputError(f"'judge_every' must be a fraction of training in [0, 1), got {judge_every!r}")
+            raise SettingError(
+                "judge_every", f"must be a fraction of training in [0, 1), got {judge_every!r}"
+            )
         self.settings = settings
         self.judge_every = float(judge_every)
         # The Competitor built of each other trial's latest view (by trial number), reused while an adapter

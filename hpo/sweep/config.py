@@ -40,7 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN
+from collapse_hpo.hpo.rule.decision import PruneSettings, SettingError
+from collapse_hpo.hpo.rule.judge import DEFAULT_JUDGE_EVERY, Judge
 from collapse_hpo.hpo.sweep.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
 from collapse_hpo.predictors.errors import EXCERPT_CHARS, InputError, clip, excerpt
 from collapse_hpo.predictors.timescale import check_one_decay
@@ -262,15 +263,30 @@ class PrunerSpec(_Strict):
     ``report_prediction`` (give a pruned trial's predicted final loss to the sampler), ``judge_every``
     (judge at most once per this fraction of training) and ``reference``."""
 
+    # The rule's settings are checked by PruneSettings and the judge (``_rule``), never here; the defaults
+    # are theirs.
     enabled: bool = True
-    min_fraction: float = Field(default=0.1, gt=0, lt=1)
-    confidence: float = Field(default=0.9, gt=0, lt=1)
-    keep_top_k: int = Field(default=1, ge=1, le=MAX_TRIALS)
-    comparison: Literal["paired", "interval"] = "paired"
-    margin: float = Field(default=DEFAULT_MARGIN, ge=0, lt=1)
+    min_fraction: float = PruneSettings.min_fraction
+    confidence: float = PruneSettings.confidence
+    keep_top_k: int = Field(default=PruneSettings.keep_top_k, le=MAX_TRIALS)
+    comparison: str = PruneSettings.comparison
+    margin: float = PruneSettings.margin
     report_prediction: bool = False
-    judge_every: float = Field(default=0.02, ge=0, lt=1)
+    judge_every: float = DEFAULT_JUDGE_EVERY
     reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
+
+    @model_validator(mode="after")
+    def _rule(self) -> PrunerSpec:
+        try:
+            Judge(self.rule_settings(), judge_every=self.judge_every)
+        except SettingError as err:
+            raise _FieldError(f"pruner.{err.name}", err.problem) from None
+        return self
+
+    def rule_settings(self) -> PruneSettings:
+        """The decision rule's settings (``PruneSettings``) this spec gives; checked when it was built."""
+        return PruneSettings(min_fraction=self.min_fraction, confidence=self.confidence,
+                             keep_top_k=self.keep_top_k, comparison=self.comparison, margin=self.margin)
 
 
 class SamplerSpec(_Strict):

@@ -251,9 +251,10 @@ def check_local_resources(sweep: SweepConfig) -> None:
 
 # ---------------------------------------------------------------------------------------------- reference
 def check_reference(sweep: SweepConfig, prune: bool) -> None:
-    """The pruner's reference can be used: a surrogate file loads (through the pruner itself); a study
-    reference's storage answers and holds the study. Nothing is checked when pruning is off."""
-    from collapse_hpo.hpo.sweep.trial import build_pruner
+    """The pruner's reference can be used: a surrogate file (or an online reference's prior) loads; a study
+    reference's storage answers and holds the study. Nothing is checked when pruning is off. The pruner's
+    settings were checked when the sweep file was read (`PrunerSpec`), so no pruner is built here."""
+    from collapse_hpo.hpo.rule.reference import make_reference  # deferred: pulls optuna
 
     if not (prune and sweep.pruner.enabled):
         return
@@ -276,7 +277,7 @@ def check_reference(sweep: SweepConfig, prune: bool) -> None:
             raise field_error(sweep, "pruner.reference.study", f"no study {ref.study!r} in "
                               f"{mask_url(url)} (studies there: {shown}); give an existing study")
     try:
-        build_pruner(sweep, prune)
+        make_reference(ref.spec(sweep.base_dir()))
     except InputError as err:
         raise InputError(mask_text(f"{sweep.source}: field 'pruner.reference': {err}")) from None
 

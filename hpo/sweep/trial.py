@@ -102,9 +102,8 @@ def build_pruner(sweep: SweepConfig, prune: bool) -> optuna.pruners.BasePruner:
     )
 
     p = sweep.pruner
-    return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), min_fraction=p.min_fraction,
-                          confidence=p.confidence, keep_top_k=p.keep_top_k, comparison=p.comparison,
-                          margin=p.margin, report_prediction=p.report_prediction, judge_every=p.judge_every)
+    return CollapsePruner(reference=p.reference.spec(sweep.base_dir()), settings=p.rule_settings(),
+                          report_prediction=p.report_prediction, judge_every=p.judge_every)
 
 
 def injected_fault(sweep: SweepConfig, draw: int, attempt: int) -> Any:

@@ -25,12 +25,10 @@ from collapse_hpo.hpo.rule.decision import PruneSettings, settings_of
 from collapse_hpo.hpo.rule.judge import (
     DEFAULT_JUDGE_EVERY,
     STARTUP_WARNING,
-    WARNINGS_ATTR,
     Judge,
     JudgeWarning,
     TrialView,
     Verdict,
-    add_warning,
     emit,
 )
 from collapse_hpo.hpo.rule.record import (
@@ -349,7 +347,7 @@ class CollapsePruner(BasePruner):
                 if w.key in self._warned:
                     continue
                 self._warned.add(w.key)
-                if record_warning(study, w):
+                if store.record_warning(study, w):
                     emit(w)
 
     # ------------------------------------------------------------------ internals
@@ -580,15 +578,6 @@ def tpe_startup_warning(sampler: Any, n_trials: int) -> JudgeWarning | None:
         f"{n_trials}: every draw is random (use more trials, a smaller n_startup_trials, or sampler "
         "random/qmc)"
     ))
-
-
-def record_warning(study: optuna.study.Study, warning: JudgeWarning) -> bool:
-    """Add a warning to the study user attr ``collapse_warnings`` unless its key is there; True if added."""
-    updated = add_warning(study.user_attrs.get(WARNINGS_ATTR), warning)
-    if updated is None:
-        return False
-    study.set_user_attr(WARNINGS_ATTR, updated)
-    return True
 
 
 def _no_total(controls: TrialControls) -> str:

@@ -18,8 +18,16 @@ judgement that prunes the trial, and not when that step was already reported; th
 Tune trial finishes as pruned, without that check. Likewise, the pruner rewrites the latest attrs from a
 recalled entry, the mirror does not. Unifying them changes what a study holds; it is a later step.
 
-Private Optuna API: ``storage_of`` and ``trial_id_of`` are the two adapters' only ones (see their
-docstrings); tests/test_private_apis.py fails loudly when Optuna renames them.
+The trial's other writes go through here too: the mirror's reports (``write_report``), final states
+(``complete``, ``prune``, ``fail``, which the sweep's runner uses for the trials it fails), and a study's
+warnings (``record_warning``).
+
+Private Optuna API: every use of the sweep's and both adapters' lives here (``storage_of``, ``trial_id_of``,
+``study_id_of``, ``trial_id_by_number``, ``record_heartbeat``, ``heartbeat_ages``), each with a comment
+saying why; tests/test_private_apis.py fails loudly when Optuna changes one. Two stay where they are used:
+hpo/sweep/runner.py overrides ``Study._pop_waiting_trial_id`` (a subclass, ``plan_order_study``), and
+hpo/outputs/dashboard.py builds a ``Trial`` from ``FrozenTrial._trial_id`` (that room may not import this
+one: ARCHITECTURE.md's table).
 """
 
 from __future__ import annotations
@@ -27,15 +35,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from collapse_hpo.hpo.rule.record import DECISIONS_ATTR, PRUNE_REASON_ATTR, SAMPLER_STEP_ATTR, DecisionEntry
+from collapse_hpo.hpo.rule.judge import JudgeWarning, add_warning
+from collapse_hpo.hpo.rule.record import (
+    DECISIONS_ATTR,
+    FINAL_LOSS_ATTR,
+    PRUNE_REASON_ATTR,
+    SAMPLER_STEP_ATTR,
+    WARNINGS_ATTR,
+    DecisionEntry,
+)
 
 if TYPE_CHECKING:  # Optuna only names types here: importing this module (the Ray scheduler does) loads none
     import optuna
     from optuna.trial import FrozenTrial
 
 __all__ = [
-    "append_entry", "storage_of", "trial_id_of", "write_latest", "write_reason", "write_sampler_point",
+    "FAIL_REASON_ATTR", "append_entry", "complete", "fail", "heartbeat_ages", "prune", "record_heartbeat",
+    "record_warning", "storage_of", "study_id_of", "trial_id_by_number", "trial_id_of", "write_latest",
+    "write_reason", "write_report", "write_sampler_point", "write_total",
 ]
+
+#: The user attr of a mirrored trial that failed: why (the Tune trial's error).
+FAIL_REASON_ATTR = "fail_reason"
 
 
 def storage_of(study: optuna.study.Study) -> Any:
@@ -51,9 +72,51 @@ def storage_of(study: optuna.study.Study) -> Any:
     return study._storage
 
 
-def trial_id_of(trial: FrozenTrial) -> int:
+def trial_id_of(trial: FrozenTrial | optuna.trial.Trial) -> int:
     """A stored trial's storage id, for ``storage_of``'s reads and writes (private Optuna API; same test)."""
     return trial._trial_id
+
+
+def study_id_of(study: optuna.study.Study) -> int:
+    """The study's storage id (private ``Study._study_id``): the sweep's runner lists and finds its trials in
+    the storage by it, and Optuna offers no public accessor for it (same test)."""
+    return study._study_id
+
+
+def trial_id_by_number(study: optuna.study.Study, number: int) -> int:
+    """The storage id of the study's trial ``number``: the sweep's driver knows a Tune trial's Optuna number
+    only (Optuna's public API finds a trial by number only by listing every trial)."""
+    return storage_of(study).get_trial_id_from_study_id_trial_number(study_id_of(study), number)
+
+
+def record_heartbeat(study: optuna.study.Study, trial: optuna.trial.Trial) -> None:
+    """Record a heartbeat of a trial the sweep's driver just asked for (before a worker beats for it), so
+    that ``heartbeat_ages`` never finds it silent. Optuna records heartbeats only inside ``study.optimize``;
+    the storage's ``record_heartbeat`` is its one way from outside."""
+    storage_of(study).record_heartbeat(trial_id_of(trial))
+
+
+def heartbeat_ages(storage: Any, study_id: int) -> dict[int, float | None]:
+    """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one), by trial id."""
+    # Private Optuna API (optuna.storages._rdb.models), on purpose: the public check
+    # (optuna.storages.fail_stale_trials) gives no ages and never fails a trial that recorded no heartbeat
+    # (a worker that died before its first beat), which resume must rerun. tests/test_private_apis.py fails
+    # loudly when Optuna changes these models.
+    import optuna
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    rdb = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
+    out: dict[int, float | None] = {}
+    with rdb.scoped_session() as session:
+        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+        rows = (session.query(models.TrialModel)
+                .filter(models.TrialModel.study_id == study_id)
+                .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING).all())
+        for row in rows:
+            beats = list(row.heartbeats)
+            out[row.trial_id] = (now - beats[0].heartbeat).total_seconds() if beats else None
+    return out
 
 
 def append_entry(storage: Any, trial_id: int, attrs: Mapping[str, Any], entry: DecisionEntry) -> None:
@@ -84,3 +147,49 @@ def write_sampler_point(storage: Any, trial_id: int, point: tuple[int, float]) -
     value."""
     storage.set_trial_user_attr(trial_id, SAMPLER_STEP_ATTR, point[0])
     storage.set_trial_intermediate_value(trial_id, point[0], point[1])
+
+
+def record_warning(study: optuna.study.Study, warning: JudgeWarning) -> bool:
+    """Add a warning to the study user attr ``collapse_warnings`` (``WARNINGS_ATTR``) unless its key is there;
+    True if added. The one writer of a study's warnings: the pruner, the Ray mirror and the sweep's runner
+    record them here, and say them on the console with ``judge.emit``."""
+    updated = add_warning(study.user_attrs.get(WARNINGS_ATTR), warning)
+    if updated is None:
+        return False
+    study.set_user_attr(WARNINGS_ATTR, updated)
+    return True
+
+
+def write_report(storage: Any, trial_id: int, step: int, value: float) -> None:
+    """A report (``value`` at ``step``, the pruner's units) as the trial's intermediate value."""
+    storage.set_trial_intermediate_value(trial_id, step, value)
+
+
+def write_total(storage: Any, trial_id: int, total: float) -> None:
+    """The trial's training length (user attr ``total``, in its units), when known only from its results."""
+    storage.set_trial_user_attr(trial_id, "total", total)
+
+
+def complete(storage: Any, trial_id: int, final_loss: float) -> None:
+    """Finish the trial COMPLETE with its final loss (also the user attr ``FINAL_LOSS_ATTR``)."""
+    import optuna
+
+    storage.set_trial_user_attr(trial_id, FINAL_LOSS_ATTR, final_loss)
+    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.COMPLETE, [final_loss])
+
+
+def prune(storage: Any, trial_id: int, values: list[float] | None) -> None:
+    """Finish the trial PRUNED (``values``: its last step's value, or None)."""
+    import optuna
+
+    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.PRUNED, values)
+
+
+def fail(storage: Any, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Finish the trial FAIL after writing ``attrs`` (why, in order: the mirror's ``FAIL_REASON_ATTR``, the
+    sweep's ``error``, ...). Raises Optuna's UpdateFinishedTrialError when it finished meanwhile."""
+    import optuna
+
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+    storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)

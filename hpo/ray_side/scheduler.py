@@ -115,11 +115,9 @@ from collapse_hpo.hpo.rule.judge import (
 from collapse_hpo.hpo.rule.record import (
     COMPLETE_T_HAT,
     DECISIONS_ATTR,
-    FINAL_LOSS_ATTR,
     PRUNE_REASON_ATTR,
     RAY_CONFIG_ATTR,
     RAY_TRIAL_ATTR,
-    WARNINGS_ATTR,
     DecisionEntry,
     TrialControls,
     check_units,
@@ -640,9 +638,7 @@ class CollapseScheduler(FIFOScheduler):
             emit(w)
             study = self._mirror_study()
             if study is not None:
-                mirrored = add_warning(study.user_attrs.get(WARNINGS_ATTR), w)
-                if mirrored is not None:
-                    study.set_user_attr(WARNINGS_ATTR, mirrored)
+                store.record_warning(study, w)
 
     @property
     def warnings(self) -> list[dict[str, Any]]:
@@ -714,9 +710,9 @@ class CollapseScheduler(FIFOScheduler):
             return
         storage = store.storage_of(self._study)
         step = step_of(rec.t_hat[-1], rec.progress[-1])
-        storage.set_trial_intermediate_value(tid, step, rec.loss[-1])
+        store.write_report(storage, tid, step, rec.loss[-1])
         if rec.total and isinstance(self.total, str):
-            storage.set_trial_user_attr(tid, "total", rec.total)
+            store.write_total(storage, tid, rec.total)
         if verdict.entry is None and (verdict.reason is None or verdict.reason == reason_before):
             if verdict.prune:
                 self._mirror_finish(rec)
@@ -736,19 +732,15 @@ class CollapseScheduler(FIFOScheduler):
         if self.storage is None or rec.status == "running":
             return
         tid = self._mirror_trial(rec)
-        import optuna
-
         storage = store.storage_of(self._study)
         stored = storage.get_trial(tid)
         if stored.state.is_finished():
             return
-        TS = optuna.trial.TrialState
         if rec.status == "complete":
-            storage.set_trial_user_attr(tid, FINAL_LOSS_ATTR, rec.final_loss)
-            storage.set_trial_state_values(tid, TS.COMPLETE, [rec.final_loss])
+            store.complete(storage, tid, rec.final_loss)
         elif rec.status in ("pruned", "stopped"):
             if rec.status == "stopped" and rec.decision is not None:
-                storage.set_trial_user_attr(tid, PRUNE_REASON_ATTR, rec.decision[PRUNE_REASON_ATTR])
+                store.write_reason(storage, tid, {}, rec.decision[PRUNE_REASON_ATTR])  # always written
             last = rec.loss[-1] if rec.loss else None
             values = [last] if last is not None and math.isfinite(last) else None
             log = read_log({DECISIONS_ATTR: rec.log})
@@ -758,10 +750,10 @@ class CollapseScheduler(FIFOScheduler):
             if self.report_prediction and rec.status == "pruned" and point is not None:
                 store.write_sampler_point(storage, tid, point)
                 values = [point[1]]  # Optuna's convention: a pruned trial's value is its last step's
-            storage.set_trial_state_values(tid, TS.PRUNED, values)
+            store.prune(storage, tid, values)
         else:
-            storage.set_trial_user_attr(tid, "fail_reason", str((rec.decision or {}).get("error", "error")))
-            storage.set_trial_state_values(tid, TS.FAIL, None)
+            why = str((rec.decision or {}).get("error", "error"))
+            store.fail(storage, tid, {store.FAIL_REASON_ATTR: why})
 
 
 # ---------------------------------------------------------------------- helpers

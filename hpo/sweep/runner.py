@@ -24,6 +24,7 @@ Architecture (why it is shaped like this):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -191,19 +192,23 @@ def plan_order_study(study: optuna.Study, storage: Any) -> optuna.Study:
     import optuna
     from optuna.exceptions import UpdateFinishedTrialError
 
+    from collapse_hpo.hpo.optuna_side import store
+
     waiting_state = optuna.trial.TrialState.WAITING
     running_state = optuna.trial.TrialState.RUNNING
 
     class PlanOrderStudy(optuna.Study):
         def _pop_waiting_trial_id(self) -> int | None:
-            waiting = self._storage.get_all_trials(self._study_id, deepcopy=False, states=(waiting_state,))
+            storage = store.storage_of(self)
+            waiting = storage.get_all_trials(store.study_id_of(self), deepcopy=False, states=(waiting_state,))
             for trial in sorted(waiting, key=plan_key):
+                trial_id = store.trial_id_of(trial)
                 try:  # another process may claim or finish it first: then try the next one
-                    if not self._storage.set_trial_state_values(trial._trial_id, state=running_state):
+                    if not storage.set_trial_state_values(trial_id, state=running_state):
                         continue
                 except UpdateFinishedTrialError:
                     continue
-                return trial._trial_id
+                return trial_id
             return None
 
     return PlanOrderStudy(study_name=study.study_name, storage=storage, sampler=study.sampler,
@@ -233,7 +238,8 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
     study.set_user_attr(PRUNE_ATTR, loc.prune)
     for key, value in (attrs or {}).items():
         study.set_user_attr(key, value)
-    from collapse_hpo.hpo.optuna_side.pruner import record_warning, tpe_startup_warning
+    from collapse_hpo.hpo.optuna_side.pruner import tpe_startup_warning
+    from collapse_hpo.hpo.optuna_side.store import record_warning
 
     startup = tpe_startup_warning(study.sampler, sweep.n_draws)
     if startup is not None:
@@ -305,26 +311,11 @@ def reconcile(study: optuna.Study, sweep: SweepConfig, progress: Progress | None
 
 
 def _heartbeat_ages(storage: Any, study_id: int) -> dict[int, float | None]:
-    """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one)."""
-    # Private Optuna API (optuna.storages._rdb.models), on purpose: the public check
-    # (optuna.storages.fail_stale_trials) gives no ages and never fails a trial that recorded no heartbeat
-    # (a worker that died before its first beat), which resume must rerun. tests/test_private_apis.py fails
-    # loudly when Optuna changes these models.
-    import optuna
-    import sqlalchemy
-    from optuna.storages._rdb import models
+    """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one): the store's
+    ``heartbeat_ages`` (private Optuna API, kept there)."""
+    from collapse_hpo.hpo.optuna_side.store import heartbeat_ages
 
-    rdb = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
-    out: dict[int, float | None] = {}
-    with rdb.scoped_session() as session:
-        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
-        rows = (session.query(models.TrialModel)
-                .filter(models.TrialModel.study_id == study_id)
-                .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING).all())
-        for row in rows:
-            beats = list(row.heartbeats)
-            out[row.trial_id] = (now - beats[0].heartbeat).total_seconds() if beats else None
-    return out
+    return heartbeat_ages(storage, study_id)
 
 
 def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progress | None = None,
@@ -340,14 +331,16 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
     """
     import optuna
 
-    storage = study._storage
+    from collapse_hpo.hpo.optuna_side import store
+
+    storage, study_id = store.storage_of(study), store.study_id_of(study)
     hb = sweep.heartbeat
     wait = 2 * hb.grace + 2 * hb.interval
     deadline = time.monotonic() + wait
     failed: list[int] = []
     announced = False
     while True:
-        for trial_id, age in _heartbeat_ages(storage, study._study_id).items():
+        for trial_id, age in _heartbeat_ages(storage, study_id).items():
             if age is not None and age <= hb.grace:
                 continue
             number = storage.get_trial(trial_id).number
@@ -360,7 +353,7 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
                     failed.append(number)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass
-        remaining = _heartbeat_ages(storage, study._study_id)
+        remaining = _heartbeat_ages(storage, study_id)
         if not remaining:
             return failed
         if time.monotonic() > deadline:
@@ -398,6 +391,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
+    from collapse_hpo.hpo.optuna_side import store
     from collapse_hpo.hpo.sweep.trial import STORAGE_FAULT_KEY, trial_config
 
     # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
@@ -471,7 +465,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 trial = study.ask(self.dists)
-            study._storage.record_heartbeat(trial._trial_id)
+            store.record_heartbeat(study, trial)
             if new_draw:
                 draw = self._draws(trials)
                 trial.set_user_attr("draw", draw)
@@ -481,7 +475,7 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
                     attrs0 = {"draw": draw, "seed": seed, "attempt": 0}
                     study.enqueue_trial(dict(trial.params), user_attrs=attrs0)
             self.live[trial_id] = trial.number
-            attrs = study._storage.get_trial(trial._trial_id).user_attrs
+            attrs = store.storage_of(study).get_trial(store.trial_id_of(trial)).user_attrs
             note = f" (seed {attrs.get('seed', 0)}"
             note += f", attempt {attrs['attempt']})" if attrs.get("attempt") else ")"
             progress.started(trial.number, dict(trial.params), note if len(sweep.seeds) > 1 or
@@ -500,14 +494,14 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
             if number is None:
                 return
             study = _driver_study(study_key)
-            tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-            frozen = study._storage.get_trial(tid)
+            tid = store.trial_id_by_number(study, number)
+            frozen = store.storage_of(study).get_trial(tid)
             if frozen.state == TS.RUNNING and STOP.stopping and not error:
                 self.stopped.append(number)  # stopped with the sweep: `launch` marks it interrupted
                 return
             if frozen.state == TS.RUNNING:
                 self._fail_dead_worker(tid, number, error)
-                frozen = study._storage.get_trial(tid)
+                frozen = store.storage_of(study).get_trial(tid)
             progress.finished(frozen)
             self._watch_for_a_common_error(frozen)
             if frozen.state == TS.FAIL and self.fatal is None and not STOP.stopping:
@@ -533,13 +527,10 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
                 useful = [ln for ln in lines if not ln.startswith(("Failure #", "Traceback", "File "))]
                 if useful:
                     text += f": {useful[-1][:300]}"
-            s = _driver_study(study_key)._storage
-            try:
-                s.set_trial_user_attr(tid, "error", mask_text(text))
-                s.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
-                s.set_trial_state_values(tid, state=TS.FAIL)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass
+            s = store.storage_of(_driver_study(study_key))
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # it finished meanwhile
+                store.fail(s, tid, {"error": mask_text(text),
+                                    "tokens_trained": int(progress.running.get(number, 0.0))})
 
     return StudySearcher()
 
@@ -661,6 +652,7 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     import ray
     from ray import tune
 
+    from collapse_hpo.hpo.optuna_side import store
     from collapse_hpo.hpo.sweep.trial import trial_function
 
     shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
@@ -715,24 +707,26 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     summary = " ".join((memory_kill or "").split("\n")[0].split())[:240]
     left = sorted([*searcher.live.values(), *searcher.stopped]) if searcher is not None else []
     for number in left:
-        storage = study._storage
-        tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        storage = store.storage_of(study)
+        tid = store.trial_id_by_number(study, number)
         if storage.get_trial(tid).state != optuna.trial.TrialState.RUNNING:
             continue
         pid = searcher.pids.get(number) if searcher is not None else None
         out_of_memory = memory_kill is not None and (pid is None or pid in killed)
         try:
             if out_of_memory:
-                storage.set_trial_user_attr(tid, "error", f"out of memory: Ray's memory monitor killed the "
-                                            f"trial's worker ({summary}); lower train.micro_batch_tokens or "
-                                            "run fewer trials at once")
-                storage.set_trial_user_attr(tid, "out_of_memory", True)
-                storage.set_trial_user_attr(tid, "tokens_trained", int(progress.running.get(number, 0.0)))
+                store.fail(storage, tid, {
+                    "error": f"out of memory: Ray's memory monitor killed the trial's worker ({summary}); "
+                             "lower train.micro_batch_tokens or run fewer trials at once",
+                    "out_of_memory": True,
+                    "tokens_trained": int(progress.running.get(number, 0.0)),
+                })
             else:
-                storage.set_trial_user_attr(tid, "interrupted", True)
-                storage.set_trial_user_attr(tid, "error", "interrupted: the sweep was stopped while it ran; "
-                                            "`collapse-hpo resume` reruns it")
-            storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
+                store.fail(storage, tid, {
+                    "interrupted": True,
+                    "error": "interrupted: the sweep was stopped while it ran; `collapse-hpo resume` reruns "
+                             "it",
+                })
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
         if out_of_memory:
@@ -849,14 +843,15 @@ def _interrupt_running(study: optuna.Study, progress: Progress, why: str) -> str
     one-line error (`resume` reruns them without using a retry)."""
     import optuna
 
-    storage = study._storage
+    from collapse_hpo.hpo.optuna_side import store
+
+    storage = store.storage_of(study)
     marked: list[int] = []
     try:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             try:
-                storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-                storage.set_trial_user_attr(t._trial_id, "error", f"storage fault: {why}"[:500])
-                storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL)
+                store.fail(storage, store.trial_id_of(t), {"interrupted": True,
+                                                           "error": f"storage fault: {why}"[:500]})
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
             marked.append(t.number)

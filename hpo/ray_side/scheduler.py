@@ -114,14 +114,12 @@ from collapse_hpo.hpo.rule.judge import (
 )
 from collapse_hpo.hpo.rule.record import (
     COMPLETE_T_HAT,
-    DECISIONS_ATTR,
     PRUNE_REASON_ATTR,
     RAY_CONFIG_ATTR,
     RAY_TRIAL_ATTR,
     DecisionEntry,
     TrialControls,
     check_units,
-    read_log,
     sampler_value,
 )
 from collapse_hpo.hpo.rule.reference import OnlineReference, make_reference
@@ -743,7 +741,7 @@ class CollapseScheduler(FIFOScheduler):
                 store.write_reason(storage, tid, {}, rec.decision[PRUNE_REASON_ATTR])  # always written
             last = rec.loss[-1] if rec.loss else None
             values = [last] if last is not None and math.isfinite(last) else None
-            log = read_log({DECISIONS_ATTR: rec.log})
+            log = rec.entries()
             point = sampler_value(log[-1], rec.total or T_HAT_STEPS) if log else None
             # The sampler point when the trial finishes as pruned (the pruner writes it at the pruning
             # judgement, skipping an already reported step: hpo/optuna_side/store.py, "Known drift").
@@ -867,15 +865,12 @@ class _ViewCache:
         for i in range(len(self.curve), len(rec.t_hat)):
             self.curve.append(step_of(rec.t_hat[i], rec.progress[i]), rec.t_hat[i], rec.loss[i])
         if self.logged < len(rec.log):
-            self.log.extend(read_log({DECISIONS_ATTR: rec.log[self.logged:]}))
+            self.log.extend(rec.entries(self.logged))
             self.logged = len(rec.log)
         key = (rec.total, rec.units, rec.tau, rec.tpp, rec.schedule)
         if key != self.key:
             self.key = key
-            self.controls = TrialControls(
-                total=rec.total, units=rec.units, schedule=Schedule.from_dict(rec.schedule), tau=rec.tau,
-                tpp=rec.tpp,
-            )
+            self.controls = rec.controls()
 
 
 def _progress_units(

@@ -51,7 +51,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from collapse_hpo.hpo.rule.record import FRACTION_STEPS, UNITS, DecisionEntry
+from collapse_hpo.hpo.rule.record import (
+    DECISIONS_ATTR,
+    FRACTION_STEPS,
+    UNITS,
+    DecisionEntry,
+    TrialControls,
+    read_log,
+)
 from collapse_hpo.hpo.sweep.urls import mask_url
 from collapse_hpo.predictors.atomic import atomic_write, describe_os_error
 from collapse_hpo.predictors.errors import InputError
@@ -124,6 +131,17 @@ class TrialRecord:
     def steps(self) -> list[int]:
         """The reports' steps: the progress when known, else round(t̂ · T_HAT_STEPS) (the mirror's steps)."""
         return [step_of(t, k) for t, k in zip(self.t_hat, self.progress)]
+
+    def controls(self) -> TrialControls:
+        """The trial's controls as hpo/rule/record.py's ``TrialControls`` (what the judge and the pruner
+        read); the record keeps them as the file's fields (schedule as a dict)."""
+        return TrialControls(total=self.total, units=self.units, schedule=Schedule.from_dict(self.schedule),
+                             tau=self.tau, tpp=self.tpp)
+
+    def entries(self, start: int = 0) -> list[DecisionEntry]:
+        """The decision log from entry ``start`` on as hpo/rule/record.py's ``DecisionEntry`` (``read_log``:
+        a malformed entry is skipped); the record keeps the file's dicts."""
+        return read_log({DECISIONS_ATTR: self.log[start:]})
 
 
 def step_of(t_hat: float, progress: float | None) -> int:

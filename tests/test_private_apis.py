@@ -96,13 +96,11 @@ def test_the_pruner_writes_its_log_through_those_apis():
 
 
 def test_rdb_heartbeat_models_still_give_heartbeat_ages(tmp_path):
-    from collapse_hpo.hpo.sweep.runner import _heartbeat_ages
-
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hb.db'}", heartbeat_interval=60)
     study = optuna.create_study(storage=storage, study_name="hb")
     beating, silent = study.ask(), study.ask()
     storage.record_heartbeat(trial_id_of(study.get_trials()[beating.number]))
-    ages = _heartbeat_ages(storage, storage.get_study_id_from_name("hb"))
+    ages = heartbeat_ages(storage, storage.get_study_id_from_name("hb"))
     by_number = {storage.get_trial(tid).number: age for tid, age in ages.items()}
     assert by_number[silent.number] is None
     assert by_number[beating.number] is not None and 0 <= by_number[beating.number] < 60

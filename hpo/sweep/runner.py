@@ -310,14 +310,6 @@ def reconcile(study: optuna.Study, sweep: SweepConfig, progress: Progress | None
     return added
 
 
-def _heartbeat_ages(storage: Any, study_id: int) -> dict[int, float | None]:
-    """Seconds since the last heartbeat of each RUNNING trial (None: never recorded one): the store's
-    ``heartbeat_ages`` (private Optuna API, kept there)."""
-    from collapse_hpo.hpo.optuna_side.store import heartbeat_ages
-
-    return heartbeat_ages(storage, study_id)
-
-
 def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progress | None = None,
                       sleep: Callable[[float], None] = time.sleep) -> list[int]:
     """Mark the trials left RUNNING by a dead driver FAIL (``interrupted``), once their heartbeat is stale.
@@ -340,7 +332,7 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
     failed: list[int] = []
     announced = False
     while True:
-        for trial_id, age in _heartbeat_ages(storage, study_id).items():
+        for trial_id, age in store.heartbeat_ages(storage, study_id).items():
             if age is not None and age <= hb.grace:
                 continue
             number = storage.get_trial(trial_id).number
@@ -353,7 +345,7 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
                     failed.append(number)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass
-        remaining = _heartbeat_ages(storage, study_id)
+        remaining = store.heartbeat_ages(storage, study_id)
         if not remaining:
             return failed
         if time.monotonic() > deadline:

@@ -6,6 +6,7 @@ import argparse
 
 from collapse_hpo.hpo.commands._common import check_outputs
 from collapse_hpo.hpo.extras import require
+from collapse_hpo.hpo.figures import png_bytes, pyplot
 from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import atomic_write_path
 from collapse_hpo.predictors.errors import InputError
@@ -91,12 +92,7 @@ def _csv_text(fc) -> str:
 
 def _plot_bytes(fc) -> bytes:
     """A PNG of the forecast curve with its band."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.fill_between(fc.t_hat, fc.loss_low, fc.loss_high, alpha=0.25, label=f"{100 * fc.confidence:g}% band")
@@ -106,10 +102,7 @@ def _plot_bytes(fc) -> bytes:
     ax.set_title(f"N = {fc.params:.3g} parameters, D = {fc.tokens:.3g} tokens, {fc.schedule.kind}")
     ax.set_ylim(fc.loss_low[-1] * 0.97, float(fc.loss_high[fc.t_hat >= 0.05][0]) * 1.03)
     ax.legend()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=100, bbox_inches="tight")
 
 
 def _write_all(files: dict) -> None:

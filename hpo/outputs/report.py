@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.figures import pyplot, save_png
 from collapse_hpo.hpo.rule.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
 from collapse_hpo.predictors import spreadsheet
-from collapse_hpo.predictors.atomic import atomic_write_path, check_writable_file
+from collapse_hpo.predictors.atomic import check_writable_file
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
 
 if TYPE_CHECKING:
@@ -242,11 +243,9 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
                 title: str = "") -> None:
     """Write the curves figure (PNG, atomically): raw curves with predictions and decision points, and the
     normalized curves with the reference collapsed curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     curves = trial_curves(study)
@@ -326,11 +325,7 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
         axn.legend(fontsize=8)
     axn.set_title("normalized (collapsed) curves")
     fig.tight_layout()
-    try:
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 REPORT_FILES = ("results.csv", "curves.csv", "curves.png")

@@ -25,9 +25,9 @@ import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from collapse_hpo.hpo.figures import pyplot, save_png
 from collapse_hpo.hpo.replays.replay import Sweep, replay
 
 #: Compute and regret closer than this count as equal (float noise of means over orders).
@@ -216,12 +216,7 @@ def plot_frontier(path: str | os.PathLike[str], points: Sequence[FrontierPoint],
     """Two panels: compute against mean regret, and compute against best-cut rate; one marker set per family,
     its frontier drawn as a line through its frontier points. Regret on a symlog axis (zero stays visible).
     Written atomically as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from collapse_hpo.predictors.atomic import atomic_write_path
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12.0, 5.0))
     markers = "osD^v<>ph*X"
@@ -246,9 +241,5 @@ def plot_frontier(path: str | os.PathLike[str], points: Sequence[FrontierPoint],
     axes[0].legend(fontsize=7)
     fig.suptitle(title or (points[0].sweep if points else ""))
     fig.tight_layout()
-    try:
-        with atomic_write_path(Path(path)) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dpi=110)
 

@@ -45,9 +45,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from collapse_hpo.hpo.figures import pyplot, save_png
 from collapse_hpo.hpo.rule.reference import FitCache, fit_caching
 from collapse_hpo.predictors import spreadsheet
-from collapse_hpo.predictors.atomic import atomic_write_path
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import PredictionCache, caching
@@ -539,12 +539,7 @@ def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summar
 
     Written atomically as PNG. Regret is drawn on a symlog axis so that zero regret stays visible.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     sweeps = sorted({s.sweep for s in summaries})
     markers = "osD^v<>ph*"
@@ -567,12 +562,7 @@ def plot_compute_regret(path: str | os.PathLike[str], summaries: Sequence[Summar
             ax.scatter([], [], marker=markers[j % len(markers)], color="k", label=sw)
     ax.legend(fontsize=7)
     fig.tight_layout()
-
-    try:
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

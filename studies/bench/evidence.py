@@ -204,10 +204,9 @@ def part_replay(size: str, cache: Path, out: Path, orders: int, workers: int, re
 
 def plot_sweep_curves(path: Path, families: dict[str, list[Curve]], key: str) -> None:
     """Raw curves of sweeps (one panel per family), colored by the varied hyperparameter."""
-    import matplotlib
+    from collapse_hpo.hpo.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fams = [f for f in families if families[f]]
     if not fams:
@@ -225,8 +224,7 @@ def plot_sweep_curves(path: Path, families: dict[str, list[Curve]], key: str) ->
         finals = [c.final_loss for c in cs]
         ax.set_ylim(min(finals) * 0.97, np.percentile([np.nanmax(c.loss[c.t_hat > 0.1]) for c in cs], 90))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 # ------------------------------------------------------------------------------------------------ collapse
@@ -309,12 +307,10 @@ def part_collapse(size: str, cache: Path, out: Path, results: dict) -> None:
 
 def plot_collapse(path: Path, fams: dict[str, list[Curve]], smooth: float) -> None:
     """Normalized curves ℓ = L/L(1) of both families, colored by width (the paper's Fig. 1, small)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from collapse_hpo.hpo.figures import pyplot, save_png
     from collapse_hpo.predictors.collapse import normalize
+
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     widths = sorted({c.meta["width"] for cs in fams.values() for c in cs})
@@ -338,8 +334,7 @@ def plot_collapse(path: Path, fams: dict[str, list[Curve]], smooth: float) -> No
         ax.legend(fontsize=7)
     axes[0].set_ylabel("normalized loss ℓ")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 # ------------------------------------------------------------------------------------------------ alarm
@@ -475,10 +470,9 @@ def part_alarm(size: str, cache: Path, out: Path, results: dict) -> None:
 
 def plot_alarm(path: Path, clean: list[Curve], fault: list[Curve], ref, rule) -> None:
     """Residual r(t̂) of the test runs, clean and faulty, with the chosen threshold."""
-    import matplotlib
+    from collapse_hpo.hpo.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from collapse_hpo.predictors.residuals import residuals
 
@@ -493,8 +487,7 @@ def plot_alarm(path: Path, clean: list[Curve], fault: list[Curve], ref, rule) ->
     ax.set_ylabel("residual r = L/c − ℓ_ref")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 # ------------------------------------------------------------------------------------------------ external

@@ -244,12 +244,9 @@ def verdict(me: Summary, peers_: list[Summary]) -> tuple[str, str]:
 
 def plot_decisions(path: Path, fractions: dict[str, list[float]], title: str) -> None:
     """Histogram of the t̂ at which each prune happened, one line per pruner, written atomically as PNG."""
-    import matplotlib
+    from collapse_hpo.hpo.figures import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from collapse_hpo.predictors.atomic import atomic_write_path
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
     bins = np.linspace(0.0, 1.0, 21)
@@ -262,11 +259,7 @@ def plot_decisions(path: Path, fractions: dict[str, list[float]], title: str) ->
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        with atomic_write_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser, no_prune_help: str = NO_PRUNE
 
 def run(args: argparse.Namespace) -> int:
     """Validate the file, create the study, run every trial, print the table and the compute saved."""
+    return run_sweep_file(args, resume=False)
+
+
+def run_sweep_file(args: argparse.Namespace, *, resume: bool) -> int:
+    """`run` (``resume=False``) and `resume` (``resume=True``) of ``args.sweep``: check the extras, load the
+    file, run its trials (both stages of a file with ``stages:``), then finish (table, compute saved, report).
+
+    ``resume`` is handed to the runner: it opens the existing study, fails trials whose heartbeat went stale
+    and requeues their slots (hpo/sweep/runner.py ``run_sweep``)."""
     from collapse_hpo.hpo.extras import require
     from collapse_hpo.hpo.sweep.config import load_sweep
 
@@ -38,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
 
     sweep = load_sweep(args.sweep)
     if sweep.stages:
-        return run_staged(sweep, args, resume=False)
+        return run_staged(sweep, args, resume=resume)
     from collapse_hpo.hpo.sweep.stop import STOP
 
     loc = locate(sweep, args.results, no_prune=args.no_prune)
-    study = run_sweep(sweep, loc, resume=False)
+    study = run_sweep(sweep, loc, resume=resume)
     return finish(study, sweep, loc, stop_signal=STOP.signum)
 
 

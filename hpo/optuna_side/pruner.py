@@ -2,8 +2,8 @@
 
 ``CollapsePruner`` is Optuna glue over the judge (hpo/rule/judge.py): it builds plain trial views from the
 study's stored trials, asks the judge, and writes the judge's decision entry to the trial's user attrs
-(names in hpo/rule/record.py). The rule itself is hpo/rule/decision.py; the reference surrogate
-hpo/rule/reference.py.
+(names in hpo/rule/record.py). The rule is told once, in hpo/rule/decision.py's module docstring; the
+reference surrogate is hpo/rule/reference.py's.
 """
 
 from __future__ import annotations
@@ -51,145 +51,107 @@ __all__ = ["CollapsePruner", "set_trial_controls", "trial_decisions"]
 
 
 class CollapsePruner(BasePruner):
-    """Prune trials whose final loss, predicted from the early part of the curve, will not be among the best.
+    """Prune Optuna trials whose final loss, predicted from the curve so far, will not be among the best.
 
-    From ``min_fraction`` of training on, each ``trial.should_prune()`` predicts the trial's final loss
-    with an interval [low, high] at ``confidence`` by aligning the curve so far onto the reference
-    surrogate's collapsed curve (hpo/rule/decision.py, predictors/predict.py). It is compared with the other
-    trials that can still finish: completed and running ones (pruned trials never finish, so they do not
-    compete). With ``comparison="paired"`` (the default) two trials are compared at the same fraction of
-    training: where their controls (τ, TPP, schedule) are equal, by the ratio of their losses there, which
-    needs no reference, with the margin ``margin``; where they differ, by their predictions from their
-    curves up to that fraction, so the reference's bias, shared by the sweep, cancels, with the surrogate's
-    learned paired error (``pair_bands``, never below ``margin``) as the margin, except during the trial's
-    first judgements (t̂ ≤ 1.5 × ``min_fraction``), where every competitor is compared by the loss ratio with
-    ``margin`` as the whole margin (hpo/rule/decision.py, ``EARLY_JUDGEMENT``), and except where the
-    reference's best runs were led by less than that (``lead_bands``; then by the loss ratio with twice that
-    lead as the margin, ``decision.lead_margin``). With ``"interval"`` the trial's optimistic bound ``low`` is
-    compared with each competitor's pessimistic final loss (a completed trial's value, a running trial's
-    predicted ``high``). Either way the trial is pruned when ``keep_top_k`` competitors are confidently going
-    to end better. A NaN, inf or non-positive loss prunes at once. The study must minimize the loss.
+    The rule is told once, in hpo/rule/decision.py's module docstring; in short, from ``min_fraction`` of
+    training on, a trial is pruned when ``keep_top_k`` completed or running trials lead it by more than the
+    margin at a common fraction of training, and a NaN, inf or non-positive loss prunes at once. This class
+    only translates for Optuna: it builds the judge's views (hpo/rule/judge.py, shared with the Ray
+    ``CollapseScheduler``) from the stored trials and writes the verdict to the trial (optuna_side/store.py).
+    The study must minimize the loss.
 
-    Step convention: the objective reports ``trial.report(loss, step=progress)`` with progress in
-    ``units``: tokens seen ("tokens", the default), optimizer steps ("steps", e.g. Hugging Face's
-    ``global_step``) or round(t̂ · ``FRACTION_STEPS``) ("fraction"); t̂ = step / ``total``, the training
-    length in the same units (tokens of training, or ``max_steps``). The run's controls come from the trial's
-    user attrs ``units``, ``total``, ``schedule`` (dict or kind name), ``tau`` and ``tpp`` (write them with
-    ``set_trial_controls``; an older trial's ``total_tokens`` counts as a total in tokens), else from this
-    pruner's defaults (a plain objective where every trial shares them).
+    Steps: the objective reports ``trial.report(loss, step=progress)`` with progress in ``units``, and
+    t̂ = step / ``total``. A trial's controls come from its user attrs (``set_trial_controls``: ``units``,
+    ``total``, ``schedule``, ``tau``, ``tpp``; an older trial's ``total_tokens`` counts as a total in
+    tokens), else from this pruner's defaults below. Missing controls or a malformed attr keep the trial,
+    with the reason; Optuna keeps the first of repeated steps.
 
     State: everything lives in the study's storage, never only in this object (Optuna does not persist
-    pruners), so several workers and a restarted driver see the same state. Each trial gets the user
-    attrs ``predicted_final_loss``, ``predicted_low``, ``predicted_high`` (losses of the latest
-    successful prediction and the interval shown for it; a pruned trial keeps its predicted final loss),
-    ``predicted_misfit`` (above ``predictors.misfit.MISFIT_LIMIT`` the curve does not collapse onto the
-    reference shape: the shown interval is widened and the reason says so), ``decision_fraction`` (t̂ of
-    the latest decision), ``prune_reason`` (one line: why pruned, kept or not judged), and
-    ``collapse_decisions``: the log of judgements, one dict per step (keys ``step`` (tokens), ``t_hat``,
-    ``n`` (points used), ``prune``, ``predicted_final_loss``, ``predicted_low``, ``predicted_high``,
-    ``threshold`` (the competitor bound compared with), ``threshold_trial`` (whose it was),
-    ``reference`` (the surrogate's label), ``reason``, ``misfit``, and ``rule_low``/``rule_high``: the
-    learned interval the rule used, which is what a competitor's logged prediction counts with). A decision
-    at a step is made once: asking again
-    at that step returns the logged answer, and a pruned trial stays pruned. The curve a decision used
-    is the stored one (steps ≤ ``step``). Judgements happen at most once per ``judge_every`` of
-    training. Who competes, when a judgement is due and what an entry holds are the judge's
-    (hpo/rule/judge.py), the same for the Ray ``CollapseScheduler``.
-
-    Cost per call: a judgement reads the stored trial and the study (the other trials' curves), as the
-    decision needs. Between judgements, ``should_prune()`` reads nothing from the storage: it takes the new
-    reports from the trial Optuna hands it, adds them to what this process knows of the trial since its
-    last judgement (the attrs read then plus its own writes, the sorted curve, a summary of the cleaned
-    reports) and answers "not due" in a time independent of the curve's length and of the number of trials;
-    it writes only a changed ``prune_reason``. This assumes the trial's reports and judgements come from the
-    process that calls ``should_prune`` for it (Optuna's own model: one worker runs a trial); the stored
-    trial is read again at every judgement, so decisions are always made on the stored state.
-
-    Robustness: NaN/inf/non-positive losses prune with the reason; reports past t̂ = 1 are ignored
-    (said in the reason); repeated steps are ignored by Optuna (first value kept); reports that arrive
-    out of order are used from the next decision on (the reason counts them); missing controls or a
-    malformed attr keep the trial, with the reason. No curve makes ``prune`` raise.
-
-    Giving the prediction to the sampler (``report_prediction``): Optuna gives a pruned trial the value of its
-    last intermediate value, and TPE ranks pruned trials after every completed trial, by (latest step, then
-    that value): a trial pruned early ranks below one pruned late, whatever its loss would have been. With
-    ``report_prediction=True``, on pruning the pruner also writes the predicted final loss as an intermediate
-    value at step ``total_tokens`` (recorded in user attr ``sampler_value_step``): the pruned trial's value
-    becomes its predicted final loss and TPE ranks pruned trials among themselves by that prediction. The
-    trial stays PRUNED, so it never counts as a completed result (``study.best_trial`` ignores it). Trade-off:
-    the stored curve gains a point the run never reached (readers in hpo/rule/reference.py skip it; plots must
-    too), and a bad prediction now steers the sampler. Off by default. The objective must raise
-    ``optuna.TrialPruned`` right after ``should_prune()`` returns True (as usual).
-
-    Example:
-
-        .. code-block:: python
-
-            import math
-
-            import optuna
-
-            from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
-            from collapse_hpo.predictors.schedules import Schedule
-            from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
-
-            # A calibrated surrogate; normally Surrogate.load(PATH) of `collapse-hpo calibrate`'s JSON.
-            surrogate = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1, error_bands=[
-                ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)])
-            total_tokens, schedule, tau, tpp = 1_000_000, Schedule(), 0.1, 20.0
-
-
-            def objective(trial):
-                lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
-                final = 3.0 + (math.log10(lr) + 2.0) ** 2  # stands in for training: best lr is 1e-2
-                for tokens in range(total_tokens // 50, total_tokens + 1, total_tokens // 50):
-                    shape = surrogate.normalized(tokens / total_tokens, schedule, tau, tpp)[0]
-                    loss = final * float(shape)
-                    trial.report(loss, step=tokens)  # step = tokens seen
-                    if trial.should_prune():
-                        raise optuna.TrialPruned()
-                return loss
-
-
-            pruner = CollapsePruner(
-                reference=surrogate, total_tokens=total_tokens, schedule=schedule, tau=tau, tpp=tpp
-            )
-            study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
-            study.optimize(objective, n_trials=12)
-            pruned = study.get_trials(states=[optuna.trial.TrialState.PRUNED])
-            print(len(pruned), "pruned; e.g.", pruned[0].user_attrs["prune_reason"])
+    pruners), so several workers and a restarted driver see the same state. Each judged trial gets the user
+    attrs ``predicted_final_loss``, ``predicted_low``, ``predicted_high`` (losses), ``predicted_misfit``,
+    ``decision_fraction`` (t̂), ``prune_reason`` (one line: why pruned, kept or not judged) and
+    ``collapse_decisions`` (the log of judgements, one entry per judged step); names and keys in
+    hpo/rule/record.py. A step is judged once (asking again returns the logged answer) and a pruned trial
+    stays pruned. A judgement reads the stored trial and the study's other trials; between judgements
+    ``should_prune()`` reads nothing from the storage (it answers from what this process knows of the trial,
+    in a time independent of the curve's length and the number of trials) and writes only a changed
+    ``prune_reason``, which assumes one process reports and judges a trial (Optuna's model: one worker runs a
+    trial).
 
     Args:
-        reference: the reference surrogate: a ``Surrogate``, a surrogate JSON path, ``"online"``, a reference
-            object from hpo/rule/reference.py, or a mapping spec (see ``make_reference``).
-        settings: the decision rule's settings (``PruneSettings``), the same object the Ray
-            ``CollapseScheduler`` takes; None = built from the five shortcuts below.
-        min_fraction, confidence, keep_top_k, comparison, margin: shortcuts for the ``PruneSettings`` fields
-            of those names (None = its default; with ``settings`` given, a shortcut that differs from its
-            value there is an error): ``min_fraction``, t̂ before which no trial is judged, in (0, 1);
-            ``confidence`` of the predicted interval, in (0, 1); ``keep_top_k``, never prune a trial that
-            could still be among the ``keep_top_k`` best (integer ≥ 1); ``comparison``, "paired" (default)
-            or "interval" (see above and hpo/rule/decision.py); ``margin``, the pruner's one knob: the
-            log-ratio by which a competitor must lead at a common fraction to cut a trial (0.04 = 4%, the
-            default; smaller prunes more and risks the winner more; see ``PruneSettings.margin``), in [0, 1).
-        total: default training length per trial in ``units`` (positive), for trials without that attr.
-        units: what a reported step counts: "tokens" (default), "steps" or "fraction" (see above).
-        total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
-        schedule: default LR schedule (a ``Schedule``, kind name or dict; None = linear decay to zero).
-        tau: default AdamW timescale (positive; None = no weight decay). A run counted in optimizer steps
-            has τ = 1/(η·λ·steps) (``predictors.timescale.step_tau``).
-        tpp: default tokens per parameter (positive; None = not defined, e.g. fine-tuning: a surrogate with a
-            TPP law cannot judge such trials, and says so; an online reference holds q(TPP) constant).
-        report_prediction: on pruning, report the predicted final loss as the final-step intermediate value,
-            so the sampler ranks pruned trials by it (see above).
-        judge_every: judge at most once per this fraction of training (the first judgement at
-            ``min_fraction``, the next when t̂ enters the next interval); 0 = at every report. Between
-            judgements ``should_prune()`` answers the last decision (False) and writes nothing; NaN/inf
-            checks still run at every report. Bounds the storage writes and the decision log's length
+        reference: the reference surrogate: a ``Surrogate``, a surrogate JSON path (``collapse-hpo
+            calibrate``), ``"online"`` (fitted on the study's own completed trials), a reference object from
+            hpo/rule/reference.py, or a mapping spec (see ``make_reference``).
+        settings: a ``PruneSettings`` (hpo/rule/decision.py), the same object the Ray ``CollapseScheduler``
+            takes; None = built from the five keywords below, shortcuts for its fields of those names (one
+            left None takes the field's default; with ``settings`` given, one that differs from its value
+            there is an error).
+        min_fraction: fraction of training t̂ (tokens seen / total tokens) before which no trial is judged,
+            in (0, 1); default 0.1.
+        confidence: two-sided confidence of the predicted interval [low, high], in (0, 1); default 0.9.
+        keep_top_k: never prune a trial that could still be among the ``keep_top_k`` best (integer ≥ 1).
+        comparison: "paired" (default: two trials compared at the same fraction of training) or "interval"
+            (a trial's optimistic bound against the others' pessimistic final losses).
+        margin: the pruner's one knob: the lead a competitor must have to cut a trial, as a log-ratio of
+            losses at a common fraction of training, in [0, 1) (0.04 = 4%, the default; smaller prunes more
+            and risks the winner more; ``PruneSettings.margin``).
+        total: default training length in ``units`` (positive: tokens or optimizer steps), for trials
+            without that attr.
+        units: what a reported step counts: "tokens" (tokens seen; default), "steps" (optimizer steps, e.g.
+            Hugging Face's ``global_step``) or "fraction" (round(t̂ · ``FRACTION_STEPS``)).
+        total_tokens: the same as ``total`` with ``units="tokens"``, in tokens (give one of the two).
+        schedule: default LR schedule shape (a ``Schedule``, kind name or dict; None = linear decay to zero).
+        tau: default AdamW timescale τ = B/(η·λ·D), a fraction of training (positive; None = no weight decay;
+            a run counted in optimizer steps has τ = 1/(η·λ·steps), ``predictors.timescale.step_tau``).
+        tpp: default tokens per parameter D/N (positive; None = not defined, e.g. fine-tuning: a surrogate
+            with a TPP law cannot judge such trials, and says so; an online reference holds q(TPP) constant).
+        report_prediction: on pruning, also report the predicted final loss as an intermediate value at the
+            trial's final step (user attr ``sampler_value_step``), so that the pruned trial's value, and
+            TPE's ranking of pruned trials, is its prediction rather than its last loss (Optuna ranks a trial
+            pruned early below one pruned late, whatever its loss would have been). The trial stays PRUNED
+            (``study.best_trial`` ignores it); the stored curve gains a point the run never reached (readers
+            in hpo/rule/reference.py skip it; plots must too) and a bad prediction steers the sampler.
+            Default False.
+        judge_every: judge at most once per this fraction of training t̂, in [0, 1) (the first judgement at
+            ``min_fraction``, the next when t̂ enters the next interval; 0 = at every report; default 0.02).
+            Between judgements ``should_prune()`` answers the last decision (False) and writes nothing;
+            NaN/inf checks still run at every report. Bounds the storage writes and the decision log's length
             when a trainer reports often.
 
     Raises:
         InputError: on a bad argument (the message names it).
+
+    Example: twelve trials of a learning-rate search whose curves share one shape; the ones more than 4%
+    behind at 10% of training are pruned. The objective raises ``optuna.TrialPruned`` as soon as
+    ``should_prune()`` returns True:
+
+        >>> import math
+        >>> import optuna
+        >>> from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
+        >>> from collapse_hpo.predictors.schedules import Schedule
+        >>> from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
+        >>> optuna.logging.set_verbosity(optuna.logging.WARNING)
+        >>> # A calibrated surrogate; normally Surrogate.load(PATH) of `collapse-hpo calibrate`'s JSON.
+        >>> surrogate = Surrogate(b_c=0.5, b_e=0.3, q_c=1.0, q_e=0.1, error_bands=[
+        ...     ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.01, max_abs=0.03)])
+        >>> total_tokens, schedule, tau, tpp = 1_000_000, Schedule(), 0.1, 20.0
+        >>> def objective(trial):
+        ...     lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+        ...     final = 3.0 + (math.log10(lr) + 2.0) ** 2  # stands in for training: best lr is 1e-2
+        ...     for tokens in range(total_tokens // 50, total_tokens + 1, total_tokens // 50):
+        ...         loss = final * float(surrogate.normalized(tokens / total_tokens, schedule, tau, tpp)[0])
+        ...         trial.report(loss, step=tokens)  # step = tokens seen
+        ...         if trial.should_prune():
+        ...             raise optuna.TrialPruned()
+        ...     return loss
+        >>> pruner = CollapsePruner(reference=surrogate, total_tokens=total_tokens, schedule=schedule,
+        ...                         tau=tau, tpp=tpp)
+        >>> study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+        >>> study.optimize(objective, n_trials=12)
+        >>> [t.number for t in study.get_trials(states=[optuna.trial.TrialState.PRUNED])]
+        [1, 7, 8, 10]
+        >>> print(study.trials[1].user_attrs["prune_reason"])  # doctest: +ELLIPSIS
+        predicted final loss 3.185; the best competitor's 3.01 is 5.67% ahead (loss ratio at t_hat=0.1, ...
     """
 
     def __init__(

@@ -1,69 +1,11 @@
 """`CollapseScheduler`: the collapse pruning rule as a Ray Tune ``TrialScheduler`` for existing Tune jobs.
 
-Add it to any ``Tuner(...)`` (any search algorithm). It reads the metric (a training loss) and the training
-fraction t̂ from each reported result, predicts each trial's final loss from its partial curve with the same
-rule as the Optuna ``CollapsePruner`` (``hpo.rule.decision.decide``), and returns ``STOP`` for trials that
-will confidently not win::
-
-    from ray import tune
-    from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
-
-    scheduler = CollapseScheduler(reference="surrogate.json", metric="loss", time_attr="t_hat",
-                                  tau=0.2, tpp=20)
-    tuner = tune.Tuner(train_fn, param_space=space,
-                       tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=16))
-
-t̂ is ``result[time_attr]`` with ``units="fraction"`` (the trainable reports t̂; the default when no total is
-given), else ``result[time_attr] / total`` with progress and ``total`` counted in ``units``: "tokens" (e.g.
-``time_attr="tokens", units="tokens", total=2e9``; ``total_tokens=2e9`` says the same) or "steps" (optimizer
-steps, e.g. ``time_attr="step", units="steps", total=10_000``). ``total`` may also name a key of the result or
-of the trial config that holds each trial's training length.
-
-State. Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles the scheduler as it was
-before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and outcome,
-in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``) as a snapshot plus an
-append-only journal beside it (``collapse_scheduler_state.journal.json``; format, durability and compaction:
-hpo/ray_side/scheduler_state.py). Each result appends one journal line (the report and the decision it caused)
-before Tune is answered, so a result costs the same at any curve length and number of trials; the snapshot
-is rewritten only when the journal has outgrown it, at ``save`` and when a scheduler loads the state. Read it
-with ``CollapseScheduler.load_state`` (the snapshot alone is not the whole state). On a local filesystem the
-state lives at the storage path, and the copies Tune's restore puts into its driver staging directory are
-removed, so Tune's sync of that directory cannot overwrite it; on a remote one it is written into the staging
-directory, which Tune syncs up. A restored run reloads it: a trial pruned before the interruption is stopped
-again at once, completed trials keep counting as competitors, and replayed results (a trial restarted from
-its checkpoint or from scratch re-reports t̂ it already reported) are answered from the record instead of
-being judged again, so the decisions after a restore are the ones the uninterrupted run would have made.
-Only trials that Tune adds in this session count as competitors, so a fresh run in an old experiment
-directory ignores stale trials.
-
-Cost per result. Between two judgements (``judge_every``) a result appends its point to the record, to a
-per-trial cache of what the judge reads (steps, parsed log, controls, an incremental summary of the cleaned
-reports: ``judge.ReportSummary``) and one journal line; nothing is re-read, re-sorted or re-serialized. A
-judgement reads the other trials' curves (arrays grown in place, no conversion) and runs the rule.
-
-Outcome in the results. Tune shows a pruned trial as TERMINATED, like any stopped trial. Ray Tune has no
-hook for a scheduler to change a result before it is recorded (``on_trial_result`` gets a flattened copy), so
-when a trial ends (``on_trial_complete``, ``on_trial_error``) the scheduler adds ``collapse_pruned`` (bool)
-and ``collapse_reason`` (one line) to the trial's last result, ``Trial.last_result``, in place. Tune then
-prints that result's table ("... completed after N iterations") and saves it with the experiment state, so
-``ResultGrid``'s ``Result.metrics`` has both keys, also after ``Tuner.restore``. The trial's result.json and
-progress.csv were written before, so ``ResultGrid.get_dataframe()`` and ``Result.metrics_dataframe`` do not.
-``CollapseScheduler.load_state(experiment_path)`` reads the whole state (snapshot and journal) without a
-scheduler object (a restored ``Tuner`` gives none); ``load_warnings`` its warnings.
-
-Optuna mirror. Given ``storage`` (an Optuna storage URL) and ``study_name``, every Tune trial is mirrored as
-an Optuna trial with honest states: RUNNING while it trains, with its reports as intermediate values (step =
-the progress in ``units``, the pruner's convention, with the user attrs ``units`` and ``total``; when only t̂
-is known, step = round(t̂ · T_HAT_STEPS), ``units`` "fraction" and ``total`` T_HAT_STEPS); PRUNED when this
-scheduler stops it, with the pruner's user attrs (``predicted_final_loss``, ``predicted_low``,
-``predicted_high``, ``predicted_misfit``, ``decision_fraction``, ``prune_reason``, ``collapse_decisions``);
-COMPLETE with its final loss when it trains to the end; PRUNED with
-a ``prune_reason`` saying so when something else stopped it early; FAIL when it errored. The numeric config
-values Tune's search drew (``Trial.evaluated_params``) become trial params (``param_distributions`` gives
-their search distributions, else a one-point distribution at the value); constants of the param space do not
-(they would show as parameters with an importance); the whole config is kept in the user attr
-``ray_config``. The mirror also makes an online reference possible (``reference="online"``: calibrate on the
-sweep's own completed trials).
+The rule is told once, in hpo/rule/decision.py's module docstring, and applied by the judge that the Optuna
+``CollapsePruner`` shares (hpo/rule/judge.py). This module only translates for Ray Tune: each result becomes
+a point of the trial's record and the judge's view of it, each verdict STOP or CONTINUE, a line of the state
+journal (hpo/ray_side/scheduler_state.py) and, when a study is given, an Optuna trial (the mirror, written
+through hpo/optuna_side/store.py). How to use it, and what it stores where: the class docstring; README.md
+("In an existing Ray Tune job") walks through a job.
 """
 
 from __future__ import annotations
@@ -146,6 +88,40 @@ ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 class CollapseScheduler(FIFOScheduler):
     """Stop Ray Tune trials whose predicted final loss will confidently not win (FIFO order otherwise).
 
+    Add it to any ``Tuner(...)`` (any search algorithm); the trainable reports the training loss and its
+    progress with ``ray.tune.report``. From ``min_fraction`` of training on, a trial is stopped when
+    ``keep_top_k`` of the others lead it by more than the margin at a common fraction of training (the rule:
+    hpo/rule/decision.py's module docstring). Only trials that Tune adds in this session compete (completed
+    ones by their final loss, running ones by their latest logged prediction), so a fresh run in an old
+    experiment directory ignores stale trials.
+
+    State and restores: Ray Tune does not save a scheduler's state (``Tuner.restore`` unpickles it as it was
+    before ``fit``), so this one keeps its own: every trial's curve, latest prediction, judgements and
+    outcome, in the experiment directory (``collapse_scheduler_state.json``, or ``state_path``) as a snapshot
+    plus an append-only journal beside it (``collapse_scheduler_state.journal.json``; format, durability and
+    compaction: hpo/ray_side/scheduler_state.py). Each result appends one journal line (the report and the
+    decision it caused) before Tune is answered, so a result costs the same at any curve length and number of
+    trials; the snapshot is rewritten only when the journal has outgrown it, at ``save`` and when a scheduler
+    loads the state. Read it with ``CollapseScheduler.load_state(experiment_path)`` (the snapshot alone is not
+    the whole state; a restored ``Tuner`` gives no scheduler object) and ``load_warnings``. On a local
+    filesystem the state lives at the storage path, and the copies Tune's restore puts into its driver
+    staging directory are removed, so Tune's sync of that directory cannot overwrite it; on a remote one it is
+    written into the staging directory, which Tune syncs up. A restored run reloads it: a trial pruned before
+    the interruption is stopped again at once, completed trials keep counting, and replayed results (a trial
+    restarted from its checkpoint or from scratch re-reports t̂ it already reported) are answered from the
+    record instead of being judged again, so the decisions after a restore are the ones the uninterrupted
+    run would have made. Between two judgements a result only appends its point to the record, to a
+    per-trial cache of what the judge reads and to the journal; nothing is re-read, re-sorted or
+    re-serialized.
+
+    Outcome in the results: Tune shows a pruned trial as TERMINATED, like any stopped trial, and has no hook
+    to change a result before it is recorded; so when a trial ends (``on_trial_complete``,
+    ``on_trial_error``) the scheduler adds ``collapse_pruned`` (bool) and ``collapse_reason`` (one line) to
+    the trial's last result, ``Trial.last_result``, in place. Tune prints that result's table and saves it
+    with the experiment state, so ``ResultGrid``'s ``Result.metrics`` has both keys, also after
+    ``Tuner.restore``; the trial's result.json and progress.csv were written before, so
+    ``ResultGrid.get_dataframe()`` and ``Result.metrics_dataframe`` do not.
+
     Args:
         reference: where the surrogate comes from: a ``Surrogate``, a surrogate JSON path, ``"online"`` (the
             mirrored study's own completed trials; needs ``storage``), a mapping as in the sweep YAML, or None
@@ -155,42 +131,73 @@ class CollapseScheduler(FIFOScheduler):
             Give ``metric``/``mode`` here or to ``TuneConfig``, not both: Ray Tune refuses both with a
             ValueError ("... the scheduler you are using was already instantiated with their own `metric` and
             `mode` parameters").
-        time_attr: result key of the training progress, in ``units``.
-        units: what ``time_attr`` counts: "fraction" (t̂ itself; the default without a total), "tokens" (the
-            default with one) or "steps" (optimizer steps).
-        total: the training length in ``units`` (tokens D, or the optimizer steps), or the name of a result
-            or config key holding each trial's; None with ``units="fraction"``.
-        total_tokens: the same as ``total`` with ``units="tokens"`` (give one of the two).
-        schedule, tau, tpp: the trials' controls (LR schedule shape, AdamW timescale B/(ηλD) with None = no
-            weight decay, 1/(η·λ·steps) for a run counted in steps; tokens per parameter with None = not
-            defined, e.g. fine-tuning or a model that is no LLM), used when ``controls`` gives none.
+        time_attr: result key of the training progress, in ``units``; default "t_hat".
+        units: what ``time_attr`` counts: "fraction" (t̂ = tokens seen / total tokens itself; the default
+            without a total), "tokens" (tokens seen; the default with a total) or "steps" (optimizer steps).
+            t̂ = ``result[time_attr]`` / ``total`` unless it is "fraction".
+        total: the training length in ``units`` (tokens D, or optimizer steps), or the name of a result or
+            config key holding each trial's; None with ``units="fraction"``.
+        total_tokens: the same as ``total`` with ``units="tokens"``, in tokens (give one of the two).
+        schedule, tau, tpp: the trials' controls, used when ``controls`` gives none: the LR schedule shape
+            (a ``Schedule``, kind name or dict; None = linear decay to zero); the AdamW timescale
+            τ = B/(η·λ·D), a fraction of training (None = no weight decay; 1/(η·λ·steps) for a run counted in
+            steps); tokens per parameter D/N (None = not defined, e.g. fine-tuning).
         controls: optional ``controls(config) -> mapping`` with any of ``schedule``, ``tau``, ``tpp``,
             ``total`` (in ``units``), ``total_tokens`` for one trial (e.g. ``lambda c: {"tau": c["tau"]}``).
-        settings: ``PruneSettings`` (min_fraction, confidence, keep_top_k, comparison, margin), the same
-            object the Optuna ``CollapsePruner`` takes; None = built from the shortcuts below.
+        settings: a ``PruneSettings`` (hpo/rule/decision.py), the same object the Optuna ``CollapsePruner``
+            takes; None = built from the shortcuts below.
         min_fraction, confidence, keep_top_k, comparison, margin: shortcuts for the ``PruneSettings`` fields
-            of those names, as the pruner's (None = its default; with ``settings`` given, a shortcut that
-            differs from its value there is an error).
-        judge_every: judge at most once per this fraction of training (as the pruner's option of that name;
-            0 = at every result).
+            of those names, as the pruner's (None = the field's default; with ``settings`` given, a shortcut
+            that differs from its value there is an error): ``min_fraction``, the fraction of training t̂
+            before which nothing is judged; ``confidence`` of the predicted interval; ``keep_top_k``;
+            ``comparison``; ``margin``, a log-ratio of losses (0.04 = 4%).
+        judge_every: judge at most once per this fraction of training t̂, in [0, 1) (0 = at every result;
+            default 0.02), as the pruner's option of that name.
         state_path: where to keep the state's snapshot (its journal goes beside it, see
             ``scheduler_state.journal_path``); default: ``collapse_scheduler_state.json`` in the experiment
             directory (on a remote storage filesystem: in the driver's staging copy that Tune syncs up).
-        storage, study_name: Optuna storage URL and study to mirror trials into (both or neither). The URL is
-            checked here as ``collapse-hpo run`` checks a sweep's storage (preflight.py ``check_storage``):
-            InputError, one line naming the URL with its password masked, when it is no sqlite, postgresql
-            or mysql URL, a SQLite file's folder does not exist, or a server does not answer within
-            ``CONNECT_TIMEOUT_S``. ``${NAME}`` reads the URL from the environment variable NAME.
-        param_distributions: Optuna distributions of config keys, for the mirrored trial params.
-        complete_fraction: a trial that ends at t̂ ≥ this is COMPLETE (its last loss is the final loss).
+        storage, study_name: Optuna storage URL and study to mirror trials into (both or neither). Each Tune
+            trial becomes an Optuna trial with honest states: RUNNING while it trains, its reports as
+            intermediate values (step = the progress in ``units``, the pruner's convention, with the user
+            attrs ``units`` and ``total``; when only t̂ is known, step = round(t̂ · T_HAT_STEPS), ``units``
+            "fraction" and ``total`` T_HAT_STEPS); PRUNED with the pruner's user attrs when this scheduler
+            stops it; COMPLETE with its final loss when it trains to the end; PRUNED with a ``prune_reason``
+            saying so when something else stopped it early; FAIL when it errored. The numeric config values
+            Tune's search drew (``Trial.evaluated_params``) become trial params; the whole config is kept in
+            the user attr ``ray_config``. The URL is checked here as ``collapse-hpo run`` checks a sweep's
+            storage (preflight.py ``check_storage``): InputError, one line naming the URL with its password
+            masked, when it is no sqlite, postgresql or mysql URL, a SQLite file's folder does not exist, or
+            a server does not answer within ``CONNECT_TIMEOUT_S``. ``${NAME}`` reads the URL from the
+            environment variable NAME.
+        param_distributions: Optuna distributions of config keys, for the mirrored trial params (default: a
+            one-point distribution at the value; constants of the param space are not params).
+        complete_fraction: a trial that ends at t̂ ≥ this (a fraction of training, in (0, 1]) is COMPLETE (its
+            last loss is the final loss).
         report_prediction: as the pruner's option of that name: a mirrored PRUNED trial gets its predicted
             final loss as an intermediate value at its final step (``sampler_value_step``), so its value is
             the prediction (default: its last reported loss, Optuna's convention). A sampler reading the
             study then ranks pruned trials by their prediction, so a bad prediction steers it. Needs a mirror.
 
-    Who competes, when a judgement is due and the decision entry are the judge's (hpo/rule/judge.py), the
-    same as the Optuna ``CollapsePruner``'s: only trials of this session count, complete ones by their final
-    loss and running ones by their latest logged prediction.
+    Raises:
+        InputError: on a bad argument (the message names it).
+
+    Example: a scheduler for a Tune job whose trainable reports tokens seen out of 2M:
+
+        >>> from ray import tune
+        >>> from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
+        >>> from collapse_hpo.hpo.rule.decision import PruneSettings
+        >>> def train_fn(config):  # stands in for training
+        ...     for tokens in range(100_000, 2_000_001, 100_000):
+        ...         tune.report({"loss": 3.0 + config["lr"] * 2_000_000 / tokens, "tokens": tokens})
+        >>> scheduler = CollapseScheduler(
+        ...     reference=None,  # normally a surrogate JSON of `collapse-hpo calibrate`, or "online"
+        ...     metric="loss", time_attr="tokens", units="tokens", total_tokens=2_000_000,
+        ...     schedule="linear", tau=0.2, tpp=20.0, settings=PruneSettings(margin=0.04))
+        >>> scheduler.units, scheduler.total, scheduler.settings.min_fraction
+        ('tokens', 2000000, 0.1)
+        >>> tuner = tune.Tuner(train_fn, param_space={"lr": tune.loguniform(1e-3, 1e-1)},
+        ...                    tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=8))
+        >>> results = tuner.fit()  # doctest: +SKIP
     """
 
     def __init__(

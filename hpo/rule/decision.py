@@ -1,4 +1,9 @@
-"""The pruning decision rule shared by the Optuna pruner and the Ray Tune scheduler.
+"""The pruning decision rule shared by the Optuna pruner and the Ray Tune scheduler, told once: here.
+
+This docstring is the rule's one description. ``CollapsePruner`` (hpo/optuna_side/pruner.py),
+``CollapseScheduler`` (hpo/ray_side/scheduler.py), the judge around the rule (hpo/rule/judge.py: which
+reports count, when a judgement is due, who competes) and README.md summarize it and point here. METHOD.md
+has the formulas and their sources; each constant below says how its value was chosen (BENCHMARKS.md).
 
 Stable signature (keep it; callers in hpo/optuna_side/pruner.py and hpo/ray_side/scheduler.py depend on it)::
 
@@ -65,6 +70,26 @@ stays at the floor). An online reference learns them from the sweep's own comple
 at once. A surrogate without an error model gives no interval: then
 low = high = the point prediction (no confidence margin; the reason says so). Points past t̂ = 1 are
 ignored (and said so in the reason). The function never raises on a curve; every outcome has a reason.
+
+Example: at 15% of training a trial 9% behind a competitor with the same controls (schedule, τ, TPP) is
+pruned by the loss ratio, which needs no reference surrogate; one within the 4% margin is kept:
+
+    >>> from collapse_hpo.hpo.rule.decision import Competitor, PruneSettings, decide
+    >>> from collapse_hpo.predictors.schedules import Schedule
+    >>> t_hat = [0.05, 0.10, 0.15]  # tokens seen / total tokens at each report
+    >>> controls = {"schedule": Schedule(), "tau": 0.1, "tpp": 20.0}  # linear decay, τ = B/(ηλD), D/N
+    >>> leader = Competitor.from_reports(t_hat, [3.6, 3.3, 3.1], **controls)
+    >>> settings = PruneSettings(min_fraction=0.1, margin=0.04)  # margin: a log-ratio of losses (4%)
+    >>> behind = decide(t_hat, [3.9, 3.6, 3.4], surrogate=None, competitors=[leader], settings=settings,
+    ...                 **controls)
+    >>> behind.prune, behind.fraction
+    (True, 0.15)
+    >>> print(behind.reason)  # doctest: +ELLIPSIS
+    current loss 3.499; the best competitor's 3.198 is 8.97% ahead (loss ratio at t_hat=0.15, ...
+    >>> close = decide(t_hat, [3.62, 3.31, 3.12], surrogate=None, competitors=[leader], settings=settings,
+    ...                **controls)
+    >>> close.prune
+    False
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ state, decision log) and returns a ``Verdict``. In order, it
 3. decides whether a judgement is due (from ``min_fraction`` on, at most once per ``judge_every`` of
    training; a diverged loss is judged at once);
 4. chooses the competitors (``competitors``: the one place that says who competes);
-5. calls ``hpo.rule.decision.decide`` (the rule itself; never re-implemented here);
+5. calls ``hpo.rule.decision.decide`` (the rule itself, told in that module's docstring; never re-implemented
+   here);
 6. emits the one decision entry (``record.DecisionEntry``) when the decision is a judgement.
 
 The adapters only translate: hpo/optuna_side/pruner.py builds views from Optuna trials and writes the entry

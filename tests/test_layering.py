@@ -231,15 +231,6 @@ def test_nothing_of_ours_imports_an_old_hpo_path():
 #: (an optional or slow library it pulls that the importing module must not load, or a circle it would
 #: close). Every other import of ours is at module level (issue 22).
 DEFERRED = re.compile(r"# deferred: \S")
-#: Files of hpo/ whose function-level imports are not checked yet (issue 22, second pass: other changes
-#: were editing them). Empty once every file is done.
-NOT_YET_CHECKED = {
-    "hpo/rule/curve.py", "hpo/rule/decision.py", "hpo/rule/judge.py", "hpo/rule/record.py",
-    "hpo/rule/reference.py", "hpo/optuna_side/pruner.py", "hpo/optuna_side/store.py",
-    "hpo/ray_side/scheduler.py", "hpo/ray_side/scheduler_state.py", "hpo/sweep/config.py",
-    "hpo/sweep/preflight.py", "hpo/sweep/runner.py", "hpo/sweep/space.py", "hpo/outputs/report.py",
-    "hpo/replays/frontier.py", "hpo/commands/run.py", "hpo/commands/resume.py", "hpo/commands/_common.py",
-}
 
 
 def _is_ours(node: ast.Import | ast.ImportFrom) -> bool:
@@ -331,9 +322,7 @@ def test_the_deferred_import_checker_catches_an_unmarked_one():
 def test_every_function_level_import_of_ours_says_why_it_is_deferred():
     bad = []
     for path in _files("hpo"):
-        name = path.relative_to(REPO).as_posix()
-        if name not in NOT_YET_CHECKED:
-            bad += unmarked_deferred_imports(path.read_text(encoding="utf-8"), name)
+        bad += unmarked_deferred_imports(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())
     assert not bad, ("imports of ours inside a function: move each to the top of its module, or say why it "
                      "cannot be there with a trailing '# deferred: <why>' (an optional library it pulls, a "
                      "circle it closes):\n" + "\n".join(bad))

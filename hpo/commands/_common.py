@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from collapse_hpo.predictors.atomic import check_writable_file
+
 
 def print_notes(command: str, curves: Iterable[Any]) -> None:
     """Print each curve's reader notes (``Curve.notes``: a value read differently, a diverged run) to stderr,
@@ -25,8 +27,6 @@ def stderr_progress(command: str) -> Callable[[str], None]:
 def check_outputs(*paths: str | None, what: str = "output") -> None:
     """Check, before any work, that each given output path can be written (its folder exists and is
     writable; it is not a folder). InputError (one line) otherwise."""
-    from collapse_hpo.predictors.atomic import check_writable_file
-
     for p in paths:
         if p:
             check_writable_file(p, what)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.extras import require
+
 # the end of a sweep, shared with `resume`, `report` and stages (hpo/sweep/finish.py)
 from collapse_hpo.hpo.sweep.finish import finish, publish_dashboard  # noqa: F401
+from collapse_hpo.hpo.sweep.stop import STOP
 
 HELP = "run a sweep file: Ray Tune trials with τ held, pruned by the collapse predictor"
 
@@ -39,16 +42,14 @@ def run_sweep_file(args: argparse.Namespace, *, resume: bool) -> int:
 
     ``resume`` is handed to the runner: it opens the existing study, fails trials whose heartbeat went stale
     and requeues their slots (hpo/sweep/runner.py ``run_sweep``)."""
-    from collapse_hpo.hpo.extras import require
-    from collapse_hpo.hpo.sweep.config import load_sweep
+    from collapse_hpo.hpo.sweep.config import load_sweep  # deferred: pulls pydantic; --help stays fast
 
     require("a sweep", "ray", "torch")  # the driver runs trials on Ray; each trains with torch
-    from collapse_hpo.hpo.sweep.runner import locate, run_sweep
+    from collapse_hpo.hpo.sweep.runner import locate, run_sweep  # deferred: pulls pydantic; --help stays fast
 
     sweep = load_sweep(args.sweep)
     if sweep.stages:
         return run_staged(sweep, args, resume=resume)
-    from collapse_hpo.hpo.sweep.stop import STOP
 
     loc = locate(sweep, args.results, no_prune=args.no_prune)
     study = run_sweep(sweep, loc, resume=resume)
@@ -57,7 +58,11 @@ def run_sweep_file(args: argparse.Namespace, *, resume: bool) -> int:
 
 def run_staged(sweep, args: argparse.Namespace, *, resume: bool) -> int:
     """`run` / `resume` of a sweep with ``stages:`` (hpo/sweep/stages.py): both stages, then their report."""
-    from collapse_hpo.hpo.sweep.stages import finish_stages, run_stages, stage_locations
+    from collapse_hpo.hpo.sweep.stages import (  # deferred: pulls pydantic; --help stays fast
+        finish_stages,
+        run_stages,
+        stage_locations,
+    )
 
     locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
     studies = run_stages(sweep, args.results, no_prune=args.no_prune, resume=resume)

@@ -19,11 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.extras import missing_note
 from collapse_hpo.hpo.figures import pyplot, save_png
-from collapse_hpo.hpo.rule.record import DECISION_ATTRS, ERROR_ATTR, TOKENS_TRAINED_ATTR, stored_total
+from collapse_hpo.hpo.outputs.dashboard import find_reference
+from collapse_hpo.hpo.outputs.progress import human_tokens
+from collapse_hpo.hpo.rule.record import (
+    DECISION_ATTRS,
+    ERROR_ATTR,
+    SAMPLER_STEP_ATTR,
+    STUDY_REFERENCE_ATTR,
+    TOKENS_TRAINED_ATTR,
+    stored_total,
+)
 from collapse_hpo.predictors import spreadsheet
 from collapse_hpo.predictors.atomic import check_writable_file
+from collapse_hpo.predictors.curves import Curve, write_curves_csv
+from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.misfit import NOT_COLLAPSING, collapses
+from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import Surrogate
 
 if TYPE_CHECKING:
     import optuna
@@ -142,8 +156,6 @@ def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:
 
 
 def _tokens(x: Any) -> str:
-    from collapse_hpo.hpo.outputs.progress import human_tokens
-
     return "-" if x is None else human_tokens(float(x))
 
 
@@ -161,7 +173,6 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "token
         params = " ".join(f"{k}={_fmt(v)}" for k, v in (best.get("params") or {}).items())
         lines.append(f"best: trial {best['number']} {params} final_loss={best['final_loss']:.4f}".replace(
             "  ", " "))
-    from collapse_hpo.hpo.outputs.progress import human_tokens
 
     share = f"{100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved"
     if units == "tokens":
@@ -200,10 +211,6 @@ def trial_curves(study: optuna.Study) -> list[Any]:
     """Every trial's curve as a predictors `Curve` (run ``trial<N>``; t̂ = step / total, in its units)."""
     import numpy as np
 
-    from collapse_hpo.hpo.rule.record import SAMPLER_STEP_ATTR
-    from collapse_hpo.predictors.curves import Curve
-    from collapse_hpo.predictors.schedules import Schedule
-
     curves = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number):
         a = t.user_attrs
@@ -222,10 +229,6 @@ def trial_curves(study: optuna.Study) -> list[Any]:
 
 
 def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> Any:
-    from collapse_hpo.hpo.rule.record import STUDY_REFERENCE_ATTR
-    from collapse_hpo.predictors.errors import InputError
-    from collapse_hpo.predictors.surrogate import Surrogate
-
     try:
         if reference_path is not None and reference_path.is_file():
             return Surrogate.load(reference_path)
@@ -234,9 +237,7 @@ def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> An
             return Surrogate.from_dict(stored["surrogate"], source="study attr")
     except InputError:
         return None
-    from collapse_hpo.hpo.outputs.dashboard import find_reference  # what the pruner or the mirror recorded
-
-    return find_reference(study)[0]
+    return find_reference(study)[0]  # what the pruner or the mirror recorded
 
 
 def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_path: Path | None = None,
@@ -348,9 +349,6 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
 
     Without matplotlib (a core install: it comes with the ``dashboard`` extra) the figure is left out and a
     summary line says which extra draws it; the table and the CSV files do not need it."""
-    from collapse_hpo.hpo.extras import missing_note
-    from collapse_hpo.predictors.curves import write_curves_csv
-
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_report_outputs(out)

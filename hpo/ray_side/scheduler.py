@@ -18,6 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.sweep.preflight import check_storage
+from collapse_hpo.hpo.sweep.trial import storage_url
+
 try:
     from ray.tune.schedulers.trial_scheduler import FIFOScheduler, TrialScheduler
 except ModuleNotFoundError as err:  # a core install: Ray Tune comes with the `ray` extra
@@ -670,8 +673,6 @@ class CollapseScheduler(FIFOScheduler):
         if self._study is None:
             import optuna
 
-            from collapse_hpo.hpo.sweep.trial import storage_url
-
             self._study = optuna.create_study(
                 storage=storage_url(self.storage), study_name=self.study_name, direction="minimize",
                 load_if_exists=True,
@@ -767,8 +768,6 @@ def _check_storage(storage: str) -> None:
     of ``collapse-hpo run`` (hpo/sweep/preflight.py ``check_storage``: scheme, a database, a SQLite file in an
     existing folder, a server that answers within ``CONNECT_TIMEOUT_S``). Creates nothing."""
     from types import SimpleNamespace
-
-    from collapse_hpo.hpo.sweep.preflight import check_storage
 
     if not isinstance(storage, str) or not storage.strip():
         raise InputError(f"CollapseScheduler: storage must be an Optuna storage URL, got {storage!r}")

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from collapse_hpo.hpo.figures import pyplot, save_png
+from collapse_hpo.hpo.replays.peers import FRONTIER_KNOBS, frontier_factory
 from collapse_hpo.hpo.replays.replay import Sweep, replay
+from collapse_hpo.predictors import spreadsheet
 
 #: Compute and regret closer than this count as equal (float noise of means over orders).
 TIE = 1e-9
@@ -50,8 +52,6 @@ class Setting:
 
 def settings(family: str, knobs: dict[str, dict[str, Sequence[Any]]] | None = None) -> list[Setting]:
     """Every combination of ``family``'s knob values (``peers.FRONTIER_KNOBS`` unless ``knobs`` is given)."""
-    from collapse_hpo.hpo.replays.peers import FRONTIER_KNOBS
-
     grid = (knobs or FRONTIER_KNOBS)[family]
     names = list(grid)
     combos = itertools.product(*(grid[n] for n in names))
@@ -118,8 +118,6 @@ def frontier(
 
     ``progress`` gets one line per finished setting, numbered ``[i/N]``, and replay's lines on long ones.
     """
-    from collapse_hpo.hpo.replays.peers import frontier_factory
-
     chosen = [s for family in families for s in settings(family, knobs)]
     factories = [frontier_factory(s.family, s.label, dict(s.knobs), surrogate=surrogate) for s in chosen]
     count = [0]
@@ -206,8 +204,6 @@ def format_frontier(points: Sequence[FrontierPoint]) -> str:
 
 def write_frontier_csv(path: str | os.PathLike[str], points: Sequence[FrontierPoint]) -> None:
     """Write every point as CSV, atomically."""
-
-    from collapse_hpo.predictors import spreadsheet
 
     spreadsheet.write_csv(path, list(FrontierPoint.__dataclass_fields__), (p.row() for p in points))
 

@@ -110,6 +110,7 @@ from collapse_hpo.hpo.rule.reports import (  # re-exported: the cleaning's names
     clean,
 )
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
 
 if TYPE_CHECKING:
     from collapse_hpo.predictors.predict import Prediction
@@ -530,8 +531,6 @@ def _decide(
 
     prediction: Prediction | None = None
     if surrogate is not None:
-        from collapse_hpo.predictors.predict import predict_final_loss
-
         prediction = predict_final_loss(
             t,
             y,
@@ -699,8 +698,6 @@ def _paired(
     Without a surrogate (``prediction`` None) only competitors with equal controls can be compared; the bars
     are then in units of the trial's current loss.
     """
-    from collapse_hpo.predictors.predict import predict_final_loss
-
     align_start = surrogate.align_start if surrogate is not None else 0.5
     floor = sweep_margin(settings, surrogate)
     if prediction is not None:
@@ -895,8 +892,6 @@ def paired_margin(
     The margin is t · scale · √(1 + 1/n) of the surrogate's learned paired error (``pair_bands``; t the
     Student-t quantile at ``settings.confidence``), never below ``floor`` (``sweep_margin``).
     """
-    from collapse_hpo.predictors.predict import t_quantile
-
     band = surrogate.pair_band(f)
     if band is None:
         return None

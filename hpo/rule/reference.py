@@ -45,6 +45,7 @@ from collapse_hpo.hpo.rule.record import (
     TrialControls,
     trial_curve,
 )
+from collapse_hpo.predictors.calibrate import calibrate
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.prior import (
@@ -229,8 +230,6 @@ def fit_surrogate(curves: list[Curve]) -> Surrogate:
 
 
 def _fit(curves: list[Curve]) -> Surrogate:
-    from collapse_hpo.predictors.calibrate import calibrate
-
     single = len({(c.tau, c.tpp) for c in curves}) == 1
     groups = [c.run for c in curves] if single else [(c.tau, c.tpp) for c in curves]
     return calibrate(curves, groups=groups, folds=online_folds(len(set(groups)))).surrogate

@@ -42,9 +42,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from collapse_hpo.hpo.rule.decision import PruneSettings, SettingError
 from collapse_hpo.hpo.rule.judge import DEFAULT_JUDGE_EVERY, Judge
-from collapse_hpo.hpo.sweep.urls import REFERENCE_STORAGE_ENV, STORAGE_ENV, env_name, url_problem
+from collapse_hpo.hpo.sweep.urls import (
+    REFERENCE_STORAGE_ENV,
+    STORAGE_ENV,
+    env_name,
+    resolve_url,
+    sqlite_url,
+    url_problem,
+)
 from collapse_hpo.predictors.errors import EXCERPT_CHARS, InputError, clip, excerpt
+from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.timescale import check_one_decay
+from collapse_hpo.trainers.config import FAULT_ACKNOWLEDGEMENT
 
 # Upper bounds of counts and sizes: beyond these a sweep is a typo (1e21 trials), not a plan.
 MAX_TRIALS = 100_000
@@ -235,8 +244,6 @@ class ReferenceSpec(_Strict):
             return {"surrogate": str(p if p.is_absolute() else base_dir / p)}
         d: dict[str, Any] = {"online": True}
         if self.kind == "study":
-            from collapse_hpo.hpo.sweep.urls import resolve_url
-
             url = resolve_url(self.storage_ref or "", "pruner.reference.storage")
             d = {"study": self.study, "storage": url}
         if self.min_trials is not None:
@@ -356,8 +363,6 @@ class FaultSpec(_Strict):
 
     @model_validator(mode="after")
     def _ack(self) -> FaultSpec:
-        from collapse_hpo.trainers.config import FAULT_ACKNOWLEDGEMENT
-
         if self.acknowledge != FAULT_ACKNOWLEDGEMENT:
             raise ValueError(f"acknowledge must be exactly {FAULT_ACKNOWLEDGEMENT!r} (a fault breaks trials)")
         return self
@@ -419,8 +424,6 @@ class SweepConfig(_Strict):
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
-        from collapse_hpo.predictors.schedules import Schedule
-
         try:
             Schedule.parse(v)
         except InputError as err:
@@ -614,7 +617,6 @@ class SweepConfig(_Strict):
             return self.storage
         if os.environ.get(STORAGE_ENV):
             return "${" + STORAGE_ENV + "}"
-        from collapse_hpo.hpo.sweep.urls import sqlite_url
 
         return sqlite_url(results_dir / "study.db")
 

@@ -28,8 +28,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from collapse_hpo.hpo.outputs.report import check_report_outputs
 from collapse_hpo.hpo.sweep.config import SweepConfig
-from collapse_hpo.hpo.sweep.storage_errors import StorageFault
+from collapse_hpo.hpo.sweep.space import space_for_sweep
+from collapse_hpo.hpo.sweep.storage_errors import DAMAGED_ADVICE, StorageFault, classify
+from collapse_hpo.hpo.sweep.trial import storage_url, train_config
 from collapse_hpo.hpo.sweep.urls import (
     STORAGE_ENV,
     has_password,
@@ -41,6 +44,7 @@ from collapse_hpo.hpo.sweep.urls import (
 )
 from collapse_hpo.predictors.atomic import check_writable_dir
 from collapse_hpo.predictors.errors import InputError
+from collapse_hpo.trainers.config import mlp_hidden, plan
 
 #: Seconds a storage server may take to accept a connection and answer (stated in the error).
 CONNECT_TIMEOUT_S = 10
@@ -102,10 +106,6 @@ def corners(sweep: SweepConfig) -> list[dict[str, Any]]:
 
 def check_trials(sweep: SweepConfig) -> None:
     """Each corner trial builds a valid `TrainConfig`, trains at least one full batch, and fits in memory."""
-    from collapse_hpo.hpo.sweep.space import space_for_sweep
-    from collapse_hpo.hpo.sweep.trial import train_config
-    from collapse_hpo.trainers.config import plan
-
     where = sweep.source or "<sweep>"
     try:
         space_for_sweep(sweep)
@@ -149,8 +149,6 @@ def estimate_trial_bytes(config: Any, params_total: int) -> float:
     Measured on CPU (width 16, depth 1, float32): 1.19 GiB peak RSS at 262,144 tokens per micro-batch
     (estimate 1.26) and 2.39 GiB at 1,048,576 (estimate 2.38). Used only to refuse trials that cannot fit.
     """
-    from collapse_hpo.trainers.config import mlp_hidden
-
     micro = float(config.micro_batch_tokens or config.batch_tokens)
     width, depth = int(config.width), int(config.depth)
     hidden = mlp_hidden(width, config.mlp, config.mlp_ratio)
@@ -320,8 +318,6 @@ def check_results_dir(sweep: SweepConfig, results: Path) -> None:
     except InputError as err:
         raise InputError(f"{sweep.source}: {err}; choose another results folder (--results DIR)") from None
     if results.is_dir():  # the report's files, written at the end: refused now, not after the sweep
-        from collapse_hpo.hpo.outputs.report import check_report_outputs
-
         try:
             check_report_outputs(results)
         except InputError as err:
@@ -349,8 +345,6 @@ def check_sqlite_integrity(path: Path) -> None:
     (milliseconds for a sweep's study.db)."""
     import sqlite3
 
-    from collapse_hpo.hpo.sweep.storage_errors import DAMAGED_ADVICE, classify
-
     try:
         from urllib.parse import quote
 
@@ -374,8 +368,6 @@ def check_sqlite_integrity(path: Path) -> None:
 
 def _engine(url: str) -> Any:
     import sqlalchemy
-
-    from collapse_hpo.hpo.sweep.trial import storage_url
 
     url = storage_url(url)
     kwargs: dict[str, Any] = {}

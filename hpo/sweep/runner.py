@@ -37,12 +37,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collapse_hpo.hpo.optuna_side import store
+from collapse_hpo.hpo.optuna_side.store import record_warning
 from collapse_hpo.hpo.outputs.progress import Progress, human_tokens
+from collapse_hpo.hpo.rule.judge import emit
 from collapse_hpo.hpo.sweep.config import SweepConfig
 from collapse_hpo.hpo.sweep.lease import SweepLease, retry_races
 from collapse_hpo.hpo.sweep.preflight import preflight, slots
+from collapse_hpo.hpo.sweep.space import sweep_total_tokens
 from collapse_hpo.hpo.sweep.stop import STOP
 from collapse_hpo.hpo.sweep.storage_errors import SpaceReserve, StorageFault, find_fault
+from collapse_hpo.hpo.sweep.trial import (
+    STORAGE_FAULT_KEY,
+    open_storage,
+    train_config,
+    trial_config,
+    trial_function,
+)
 from collapse_hpo.hpo.sweep.urls import hide_url, mask_text, mask_url, resolve_url, sqlite_file
 from collapse_hpo.predictors.atomic import clean_stale_tmp, describe_os_error
 from collapse_hpo.predictors.errors import InputError
@@ -103,8 +114,9 @@ def make_sampler(sweep: SweepConfig, *, warn: bool = False) -> optuna.samplers.B
             return optuna.samplers.QMCSampler(seed=s.seed, scramble=True, warn_independent_sampling=False)
     if s.name == "grid":
         return optuna.samplers.GridSampler({k: d.values() for k, d in sweep.space.items()}, seed=s.seed)
-    from collapse_hpo.hpo.optuna_side.pruner import tpe_startup_warning
-    from collapse_hpo.hpo.rule.judge import emit
+    from collapse_hpo.hpo.optuna_side.pruner import (
+        tpe_startup_warning,  # deferred: pulls optuna; this module loads it only when used
+    )
 
     sampler = optuna.samplers.TPESampler(seed=s.seed)
     startup = tpe_startup_warning(sampler, sweep.n_draws)
@@ -192,8 +204,6 @@ def plan_order_study(study: optuna.Study, storage: Any) -> optuna.Study:
     import optuna
     from optuna.exceptions import UpdateFinishedTrialError
 
-    from collapse_hpo.hpo.optuna_side import store
-
     waiting_state = optuna.trial.TrialState.WAITING
     running_state = optuna.trial.TrialState.RUNNING
 
@@ -223,8 +233,6 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
     (hpo/sweep/stages.py); ``attrs``: more study user attrs, written before the plan is queued."""
     import optuna
 
-    from collapse_hpo.hpo.sweep.trial import open_storage
-
     storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
         study = optuna.create_study(study_name=loc.study_name, storage=storage, direction="minimize",
@@ -238,8 +246,9 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
     study.set_user_attr(PRUNE_ATTR, loc.prune)
     for key, value in (attrs or {}).items():
         study.set_user_attr(key, value)
-    from collapse_hpo.hpo.optuna_side.pruner import tpe_startup_warning
-    from collapse_hpo.hpo.optuna_side.store import record_warning
+    from collapse_hpo.hpo.optuna_side.pruner import (
+        tpe_startup_warning,  # deferred: pulls optuna; this module loads it only when used
+    )
 
     startup = tpe_startup_warning(study.sampler, sweep.n_draws)
     if startup is not None:
@@ -254,8 +263,6 @@ def create_study(sweep: SweepConfig, loc: SweepLocation, plan: list[dict[str, An
 def open_study(sweep: SweepConfig, loc: SweepLocation) -> optuna.Study:
     """Open an existing sweep study (`resume`, `report`); InputError if there is none or the file changed."""
     import optuna
-
-    from collapse_hpo.hpo.sweep.trial import open_storage
 
     storage = retry_races(lambda: open_storage(loc.storage_url, sweep))
     try:
@@ -323,8 +330,6 @@ def fail_stale_trials(study: optuna.Study, sweep: SweepConfig, progress: Progres
     """
     import optuna
 
-    from collapse_hpo.hpo.optuna_side import store
-
     storage, study_id = store.storage_of(study), store.study_id_of(study)
     hb = sweep.heartbeat
     wait = 2 * hb.grace + 2 * hb.interval
@@ -383,8 +388,6 @@ def make_searcher(study_obj: optuna.Study, sweep_file: SweepConfig, location: Sw
     from ray.tune.search import Searcher
 
     TS = optuna.trial.TrialState
-    from collapse_hpo.hpo.optuna_side import store
-    from collapse_hpo.hpo.sweep.trial import STORAGE_FAULT_KEY, trial_config
 
     # Set before Ray starts (`launch`): a local Ray's workers inherit the variables `hide_url` sets.
     sweep = shippable_sweep(sweep_file)
@@ -534,9 +537,6 @@ def unpruned_tokens(sweep: SweepConfig, study: optuna.Study | None = None) -> fl
     Each slot (draw, seed) counts once with the trainer's exact token budget for its params (D is a whole
     number of steps of its batch_tokens); draws not made yet (TPE) count with the budget before rounding.
     """
-    from collapse_hpo.hpo.sweep.space import sweep_total_tokens
-    from collapse_hpo.hpo.sweep.trial import train_config
-
     approx, _tpp, _n = sweep_total_tokens(sweep)
     slots: dict[tuple[int, int], float] = {}
     if study is not None:
@@ -643,9 +643,6 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     import optuna
     import ray
     from ray import tune
-
-    from collapse_hpo.hpo.optuna_side import store
-    from collapse_hpo.hpo.sweep.trial import trial_function
 
     shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
     hide_url(loc.storage_url)
@@ -834,8 +831,6 @@ def _interrupt_running(study: optuna.Study, progress: Progress, why: str) -> str
     one of this driver's) FAIL ``interrupted`` after a storage fault; returns what happened to them, for the
     one-line error (`resume` reruns them without using a retry)."""
     import optuna
-
-    from collapse_hpo.hpo.optuna_side import store
 
     storage = store.storage_of(study)
     marked: list[int] = []

@@ -114,7 +114,9 @@ def sweep_total_tokens(sweep: SweepConfig) -> tuple[int, float | None, int]:
     A sweep that gives ``total_tokens`` instead has no TPP (None: not defined, as in fine-tuning). The trainer
     rounds D to whole steps of each trial's batch_tokens (see ``trainers.config.plan``).
     """
-    from collapse_hpo.trainers.config import count_parameters
+    from collapse_hpo.trainers.config import (
+        count_parameters,  # deferred: pulls numpy; this module loads it only when used
+    )
 
     m = sweep.model
     n_params, _total = count_parameters(m.width, m.depth, m.heads)

@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +117,8 @@ def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> P
 def check_writable_dir(folder: str | os.PathLike[str], what: str = "output") -> Path:
     """Check that files can be created in ``folder`` (an existing folder) by creating and removing a probe
     file. Raises InputError naming the folder and the reason (read-only, permission, full, /sys)."""
+    import tempfile  # here, not at the top: `collapse-hpo --help` loads this module and stays fast
+
     d = Path(folder)
     try:
         fd, probe = tempfile.mkstemp(prefix=".probe.", suffix=TMP_SUFFIX, dir=d)
@@ -174,6 +175,8 @@ def atomic_write_path(path: str | os.PathLike[str]) -> contextlib.AbstractContex
 
 @contextlib.contextmanager
 def _atomic_path(p: Path) -> Iterator[str]:
+    import tempfile  # here, not at the top: `collapse-hpo --help` loads this module and stays fast
+
     problem = output_problem(p)
     if problem:
         raise InputError(problem)

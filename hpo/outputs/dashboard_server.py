@@ -16,9 +16,6 @@ The recommended way to share a dashboard is an SSH tunnel to a loopback server (
 
 from __future__ import annotations
 
-import ipaddress
-import socket
-import socketserver
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -32,6 +29,9 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 def is_loopback(host: str) -> bool:
     """True when ``host`` (an address or a name) only ever means this machine: every address it resolves to
     is a loopback address. ``0.0.0.0`` and ``::`` (every interface) are not."""
+    import ipaddress  # here and below, not at the top: `collapse-hpo --help` loads this module
+    import socket
+
     name = host.strip("[]")
     try:
         return ipaddress.ip_address(name).is_loopback
@@ -89,6 +89,8 @@ def make_server(storage: str, host: str = "127.0.0.1", port: int = 8080, *, read
 
     Raises InputError when the storage cannot be opened or the port cannot be bound.
     """
+    import socket
+    import socketserver
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
     import optuna_dashboard

@@ -18,7 +18,6 @@ A password never leaves the process that was given it:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -176,6 +175,8 @@ def has_password(url: str | None) -> bool:
 def hide_url(url: str) -> str:
     """A form of ``url`` safe to persist: a literal password is moved into an environment variable of this
     process (inherited by the workers of a local Ray) and ``${VAR}`` returned; other URLs as they are."""
+    import hashlib  # here, not at the top: `collapse-hpo --help` loads this module and stays fast
+
     if not has_password(url):
         return url
     name = SECRET_ENV_PREFIX + hashlib.sha256(url.encode()).hexdigest()[:12].upper()

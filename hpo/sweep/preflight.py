@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from collapse_hpo.hpo.outputs.report import check_report_outputs
+from collapse_hpo.hpo.rule.reference import make_reference
 from collapse_hpo.hpo.sweep.config import SweepConfig
 from collapse_hpo.hpo.sweep.space import space_for_sweep
 from collapse_hpo.hpo.sweep.storage_errors import DAMAGED_ADVICE, StorageFault, classify
@@ -252,8 +253,6 @@ def check_reference(sweep: SweepConfig, prune: bool) -> None:
     """The pruner's reference can be used: a surrogate file (or an online reference's prior) loads; a study
     reference's storage answers and holds the study. Nothing is checked when pruning is off. The pruner's
     settings were checked when the sweep file was read (`PrunerSpec`), so no pruner is built here."""
-    from collapse_hpo.hpo.rule.reference import make_reference  # deferred: pulls optuna
-
     if not (prune and sweep.pruner.enabled):
         return
     ref = sweep.pruner.reference

@@ -9,9 +9,11 @@ import pytest
 
 from collapse_hpo.hpo.rule.decision import (
     DEFAULT_MARGIN,
+    ONSET_CAP,
     Competitor,
     Decision,
     PruneSettings,
+    collapse_onset,
     decide,
     pessimistic,
     same_schedule,
@@ -509,3 +511,32 @@ def test_a_trial_running_ahead_that_caught_up_since_is_kept():
     d = _ahead_case(3.2, 3.02, (3.25, 3.4))
     assert not d.prune, d.reason
     assert f"moved {100 * math.log(3.02 / 3.2):+.2f}% since" in d.reason
+
+
+def _early_leader(tau: float, upto: float) -> Decision:
+    """A trial at t̂ ``upto`` against a running competitor with equal controls (τ = ``tau``) that leads it by
+    15% (log ratio) before t̂ 0.25 and trails it by 3% from 0.25 on: a too-high LR's early lead (issue 23
+    item 12). No surrogate: only the loss ratio can compare them."""
+    t = np.round(np.arange(0.05, upto + 1e-9, 0.05), 10)
+    y = np.full(t.size, 3.0)
+    cy = np.where(t < 0.25 - 1e-9, 3.0 * math.exp(-0.15), 3.0 * math.exp(0.03))
+    comp = Competitor.from_reports(t, cy, schedule=SCHEDULE, tau=tau, tpp=TPP)
+    return decide(t, y, surrogate=None, schedule=SCHEDULE, tau=tau, tpp=TPP, competitors=[comp],
+                  settings=PruneSettings())
+
+
+def test_equal_controls_are_compared_by_loss_ratio_only_from_the_collapse_onset():
+    assert collapse_onset(0.25) == 0.25 and collapse_onset(None) == 0.0 and collapse_onset(3.0) == ONSET_CAP
+    # τ 0.25: at t̂ 0.15 the competitor's 15% lead is before the onset: not compared, kept, and said so.
+    d = _early_leader(0.25, 0.15)
+    assert not d.prune, d.reason
+    assert "1 with equal controls not compared before the collapse onset t_hat=0.25 (tau)" in d.reason
+    # At t̂ 0.3 the ratio's window starts at the onset (not at 0.15, where the early lead would count): the
+    # trial leads by 3%, kept.
+    d = _early_leader(0.25, 0.3)
+    assert not d.prune and "loss ratio at t_hat=0.3, equal controls" in d.reason, d.reason
+    assert "3.00% behind" in d.reason
+    # The same curves with τ 0.1 (onset 0.1): the early lead counts at 0.15 (pruned) and, in the window
+    # [0.15, 0.3], still outweighs the trial's later 3% lead (15 + 15 - 3 - 3) / 4 = 6% > 4%: pruned.
+    assert _early_leader(0.1, 0.15).prune
+    assert _early_leader(0.1, 0.3).prune

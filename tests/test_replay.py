@@ -27,13 +27,13 @@ from collapse_hpo.predictors.surrogate import ErrorBand
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE, synthetic_curves
 
 
-def parallel_sweep(n: int = 8, points: int = 40, seed: int = 0) -> list[Curve]:
+def parallel_sweep(n: int = 8, points: int = 40, seed: int = 0, tau: float = 0.2) -> list[Curve]:
     """Curves of one shape, different final losses 3 + 0.05 k (shuffled): no crossings."""
-    base = synthetic_curves(taus=(0.2,), tpps=(20.0,), seeds=1, n_points=points, noise=0.0)[0]
+    base = synthetic_curves(taus=(tau,), tpps=(20.0,), seeds=1, n_points=points, noise=0.0)[0]
     shape = base.loss / base.loss[-1]
     rng = np.random.default_rng(seed)
     finals = 3.0 + 0.05 * rng.permutation(n)
-    return [Curve(run=f"r{i}", t_hat=base.t_hat.copy(), loss=f * shape, schedule=base.schedule, tau=0.2,
+    return [Curve(run=f"r{i}", t_hat=base.t_hat.copy(), loss=f * shape, schedule=base.schedule, tau=tau,
                   tpp=20.0) for i, f in enumerate(finals)]
 
 
@@ -184,8 +184,10 @@ def test_collapse_pruner_on_a_collapsed_sweep_keeps_the_best():
     sur = dataclasses.replace(
         TRUE_SURROGATE, error_bands=[ErrorBand(f, 20, 0.0, 0.003, 0.01) for f in (0.1, 0.3, 0.6)]
     )
-    sw = make_sweep(parallel_sweep(8))
-    # The final losses are 1.7% apart: a 1% margin separates neighbours (the default 4% keeps them).
+    # τ 0.05: the collapse onset (decision.collapse_onset) is before min_fraction, so the loss ratio judges
+    # from the first judgement on. The final losses are 1.7% apart: a 1% margin separates neighbours (the
+    # default 4% keeps them).
+    sw = make_sweep(parallel_sweep(8, tau=0.05))
     (s,), _ = replay(sw, [peers.collapse_factory("collapse", sur, margin=0.01)], orders=3, workers=2)
     assert s.best_pruned_rate == 0.0 and s.regret == 0.0
     assert s.compute < 0.5

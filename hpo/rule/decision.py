@@ -649,16 +649,16 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
 
 def loss_log_ratio(
     t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
-    log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None,
+    log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None, onset: float = 0.0,
 ) -> float | None:
-    """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [align_start · f, f].
+    """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [max(align_start · f, onset), f].
 
     Both curves are sorted by t̂ and hold valid points only; the competitor's log-loss is interpolated at the
     trial's points in the window (the window is clipped to where both curves have points). Returns None when
     the curves share no point of the window. ``log_y``/``log_cy``: log(y) and log(cy) when the caller has
     them already (one judgement compares one trial with every competitor).
     """
-    lo = max(align_start * f, float(ct[0]), float(t[0]))
+    lo = max(align_start * f, onset, float(ct[0]), float(t[0]))
     # t is sorted: the window is the slice [i0, i1) (t >= lo and t <= f, each within 1e-12).
     i0 = int(np.searchsorted(t, lo - 1e-12, "left"))
     i1 = int(np.searchsorted(t, f + 1e-12, "right"))
@@ -758,6 +758,8 @@ def _paired(
 
     # Per common fraction f behind this trial's: its drift since f relative to the witnesses' (_ahead_drift).
     drift_at: dict[float, tuple[float, str] | None] = {}
+    onset = collapse_onset(tau)  # equal controls: loss ratios from here on (``collapse_onset``)
+    before_onset = 0  # competitors with equal controls whose common fraction is before the onset
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -769,11 +771,14 @@ def _paired(
                 log_ratio: float | None = None
                 margin = floor
                 if same_controls(schedule, tau, tpp, c):
-                    if log_y is None:
-                        log_y = np.log(y)
-                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
-                                               log_cy=c.log_loss())
-                    how = f"loss ratio at t_hat={f:.3g}, equal controls"
+                    if f >= onset - 1e-9:
+                        if log_y is None:
+                            log_y = np.log(y)
+                        log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
+                                                   log_cy=c.log_loss(), onset=onset)
+                        how = f"loss ratio at t_hat={f:.3g}, equal controls"
+                    else:
+                        before_onset += 1
                 elif early:
                     if log_y is None:
                         log_y = np.log(y)
@@ -821,24 +826,26 @@ def _paired(
             how = "unpaired: its pessimistic final loss against this trial's optimistic one"
         if math.isfinite(bar):
             bars.append((bar, i, how, theirs_final, used_margin))
+    waiting = (f"; {before_onset} with equal controls not compared before the collapse onset "
+               f"t_hat={onset:.3g} (tau)") if before_onset else ""
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(
                 False,
                 _join(
                     "no reference surrogate, and no competitor with equal controls at a common fraction "
-                    "of training: kept",
+                    f"of training{waiting}: kept",
                     notes,
                 ),
                 fraction,
             )
-        why = "no competitor could be paired"
+        why = f"no competitor could be paired{waiting}"
         if surrogate is not None and not surrogate.pair_bands:
             why += " (the surrogate has no pair_bands for competitors with other controls)"
         return _interval(prediction, comps, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()
     k = settings.keep_top_k
-    summary = f"{n_paired} of {len(bars)} competitor(s) paired"
+    summary = f"{n_paired} of {len(bars)} competitor(s) paired{waiting}"
     if len(bars) < k:
         return Decision(
             False,
@@ -855,6 +862,28 @@ def _paired(
     return Decision(
         value > threshold, _join(reason, notes), fraction, prediction, threshold, threshold_index=index
     )
+
+
+def collapse_onset(tau: float | None) -> float:
+    """The collapse onset: the fraction of training t̂ from which two trials with equal controls are compared
+    by their loss ratio, and where the ratio's window starts (``ONSET_CAP`` at most; 0 without weight decay).
+
+    It is τ = B/(ηλD), AdamW's timescale as a fraction of training: until about τ the weights still hold
+    much of their initialization (its share of the loss decays as e^(−2t̂/τ), METHOD.md §5), and a larger LR
+    has moved further from it, so runs of equal τ are not yet on one normalized curve and a too-high LR leads
+    runs that end better. The paper orders τ-held runs only from about 25% of training (METHOD.md §4,
+    its Fig. 7). Measured here: a run 15% ahead at t̂ 0.13 that ends 11% worse (the two-worker tiny sweep of
+    issue 23, τ 0.25), and 30% ahead at t̂ 0.09 while ending 4% worse (the 99K τ-held LR sweep, τ 0.18).
+    Without weight decay (``tau`` None) τ is infinite and has no such role: 0, the rule as before.
+    """
+    if tau is None or not math.isfinite(tau) or tau <= 0:
+        return 0.0
+    return min(float(tau), ONSET_CAP)
+
+
+#: The collapse onset is at most this fraction of training (a priori, not tuned): with a very long AdamW
+#: timescale (weak weight decay) equal-controls trials are still compared over the second half of training.
+ONSET_CAP = 0.5
 
 
 def lead_margin(surrogate: Surrogate | None, f: float, settings: PruneSettings, floor: float) -> float | None:

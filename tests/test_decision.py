@@ -259,21 +259,25 @@ def test_equal_controls_keep_the_better_run_and_a_run_within_the_margin():
     assert judge_paired(t, y, [rival(3.0, 1.0)], surrogate=None, margin=0.02).prune  # outside a 2% margin
 
 
-def test_the_margin_is_capped_at_twice_the_references_paired_error():
+def test_the_margin_is_capped_at_twice_the_references_paired_error_between_other_controls():
     # PAIRED's runs are told apart to 0.5% (paired error on 20 runs): a 4% lead is more than its sweeps need,
-    # so the margin is 2 × 0.5% = 1% and the run 3% worse is pruned; with the paired error on fewer than
-    # MARGIN_CAP_RUNS runs (an early online fit) the setting's margin stands.
+    # so between trials with other controls the margin is 2 × 0.5% = 1% and the run 3% worse is pruned; with
+    # the paired error on fewer than MARGIN_CAP_RUNS runs (an early online fit) the setting's margin stands.
+    # Between equal controls the cap does not apply (it bounds a predicted ratio's error, not how far curves
+    # cross): the same run 3% behind a rival with its own controls is kept by the 4% margin.
     from dataclasses import replace
 
     from collapse_hpo.hpo.rule.decision import MARGIN_CAP_RUNS, sweep_margin
 
     t, y = distorted(3.09, 0.3)
     assert sweep_margin(PruneSettings(), PAIRED) == pytest.approx(0.01)
-    d = judge_paired(t, y, [rival(3.0, 1.0)])
-    assert d.prune and "more than the 1.00% margin" in d.reason
+    d = judge_paired(t, y, [rival_other_tau(3.0, 1.0)])
+    assert d.prune and "more than the 1.00% margin" in d.reason, d.reason
     few = replace(PAIRED, pair_bands=[replace(PAIRED.pair_bands[0], n=MARGIN_CAP_RUNS - 1)])
     assert sweep_margin(PruneSettings(), few) == DEFAULT_MARGIN
-    assert not judge_paired(t, y, [rival(3.0, 1.0)], surrogate=few).prune
+    assert not judge_paired(t, y, [rival_other_tau(3.0, 1.0)], surrogate=few).prune
+    d = judge_paired(t, y, [rival(3.0, 1.0)])
+    assert not d.prune and "equal controls" in d.reason and "within the 4.00% margin" in d.reason, d.reason
 
 
 def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin():

@@ -157,8 +157,11 @@ AHEAD_WITNESSES = 8
 
 
 def sweep_margin(settings: PruneSettings, surrogate: Surrogate | None) -> float:
-    """The margin used for this sweep: ``settings.margin``, capped at ``MARGIN_CAP`` × the surrogate's paired
-    error at its latest fraction when that error stands on at least ``MARGIN_CAP_RUNS`` runs."""
+    """The margin used for this sweep between trials with *other* controls: ``settings.margin``, capped at
+    ``MARGIN_CAP`` × the surrogate's paired error at its latest fraction when that error stands on at least
+    ``MARGIN_CAP_RUNS`` runs. Trials with equal controls are compared with ``settings.margin`` itself: the
+    cap bounds the error of a predicted ratio, not how far two curves of equal controls cross later (with
+    it, the 25K development LR sweep of BENCHMARKS §6 lost its best in 11 of 20 orders at a 2.8% cap)."""
     if surrogate is None or not surrogate.pair_bands or surrogate.pair_bands[-1].n < MARGIN_CAP_RUNS:
         return settings.margin
     return min(settings.margin, MARGIN_CAP * surrogate.pair_bands[-1].scale)
@@ -760,6 +763,7 @@ def _paired(
     drift_at: dict[float, tuple[float, str] | None] = {}
     onset = collapse_onset(tau)  # equal controls: loss ratios from here on (``collapse_onset``)
     before_onset = 0  # competitors with equal controls whose common fraction is before the onset
+    skipped: set[int] = set()  # their indices: they do not compete in this judgement
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -776,9 +780,14 @@ def _paired(
                             log_y = np.log(y)
                         log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
                                                    log_cy=c.log_loss(), onset=onset)
+                        # The whole margin: sweep_margin's cap bounds the reference's predicted-ratio
+                        # error, not how far curves of equal controls cross (MARGIN_CAP).
+                        margin = settings.margin
                         how = f"loss ratio at t_hat={f:.3g}, equal controls"
-                    else:
+                    else:  # before the collapse onset: not compared at all (not even unpaired)
                         before_onset += 1
+                        skipped.add(i)
+                        continue
                 elif early:
                     if log_y is None:
                         log_y = np.log(y)
@@ -842,7 +851,8 @@ def _paired(
         why = f"no competitor could be paired{waiting}"
         if surrogate is not None and not surrogate.pair_bands:
             why += " (the surrogate has no pair_bands for competitors with other controls)"
-        return _interval(prediction, comps, settings, fraction, [*notes, f"{why}: compared unpaired"])
+        rest = [math.nan if i in skipped else c for i, c in enumerate(comps)]  # same indices, skipped out
+        return _interval(prediction, rest, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()
     k = settings.keep_top_k
     summary = f"{n_paired} of {len(bars)} competitor(s) paired{waiting}"

@@ -44,8 +44,16 @@ curve (a float, a Prediction), or a surrogate without ``pair_bands``, is compare
 as above, translated to a bar the same way (bar = pessimistic · pred/low); when no competitor can be
 paired the decision is the interval rule's, with a note saying why.
 
-During a trial's first judgements (its t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``) every competitor that
-has reached ``min_fraction`` is compared by the loss ratio at the common fraction, whatever its controls,
+Two trials with *equal controls* (schedule, τ, TPP: every trial of a τ-held sweep) lie on one normalized
+curve, so their loss ratio at a common fraction f, averaged over the window [f/2, f], is the ratio of their
+final losses up to how far the curves still cross: they are compared by it with ``margin`` as the whole
+margin, no reference needed. But only from the *collapse onset* t̂ = τ (``collapse_onset``; AdamW's timescale
+as a fraction of training, at most ``ONSET_CAP``; none without weight decay), and the window starts there:
+before it the weights still hold the initialization and a larger LR leads runs that end better (METHOD.md
+§4–5; BENCHMARKS §19), so before the onset such a pair does not compete at all.
+
+During a trial's first judgements (its t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``) every competitor with
+*other* controls that has reached ``min_fraction`` is compared by the loss ratio at the common fraction,
 with ``margin`` as the whole margin: early in a random search the eventual best is close to the leader,
 later the curves of different controls cross by far more than any affordable margin (BENCHMARKS §13). A
 trial that runs ahead of its competitors is compared at their latest fraction f (the common one), and with a
@@ -53,9 +61,9 @@ surrogate the comparison is moved by what the trial showed since: how far its pr
 f to its own fraction, less the mean move of the trials that reached its fraction (the collapse shape's own
 error between the two fractions, which the competitor will see too; ``_ahead_drift``, ``AHEAD_WITNESSES``), so
 the decision is made now rather than when the competitor catches up. The reason says both fractions: where
-they were compared and where the decision was made, and the drift counted. The margin is
-``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the reference's paired error at its latest fraction
-(a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
+they were compared and where the decision was made, and the drift counted. Between other controls the
+margin is ``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the reference's paired error at its latest
+fraction (a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
 the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
 
 After a trial's first judgements, a competitor with other controls is compared by the loss ratio instead of
@@ -182,14 +190,15 @@ class PruneSettings:
         margin: the pruner's one knob: the lead a competitor must have over the trial, as a log-ratio of
             losses at a common fraction of training (0.04 = 4%; ``DEFAULT_MARGIN``), to cut it. Smaller
             prunes more and risks the winner more; larger keeps more. It is the whole margin between trials
-            with equal controls (their loss ratio at equal t̂ estimates the ratio of final losses; the margin
-            covers the curves crossing later) and between any two trials during a trial's first judgements
-            (t̂ ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``: the early loss ratio, see the module docstring);
-            later it is a floor under the surrogate's learned paired margin between trials whose controls
-            differ (where the reference's winners' lead is the finer test, ``lead_margin``, that lead
-            decides). A reference whose runs are told apart more finely caps it (``sweep_margin``: at most
-            ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/replays/peers.py sweeps
-            it.
+            with equal controls (from the collapse onset t̂ = τ on, their loss ratio at equal t̂ estimates the
+            ratio of final losses; the margin covers the curves crossing later), between any two trials
+            with other controls during a trial's first judgements (t̂ ≤ ``EARLY_JUDGEMENT`` ×
+            ``min_fraction``: the early loss ratio, see the module docstring); later it is a floor under the
+            surrogate's learned paired margin between trials whose controls differ (where the reference's
+            winners' lead is the finer test, ``lead_margin``, that lead decides). Between other controls, a
+            reference whose runs are told apart more finely caps it (``sweep_margin``: at most
+            ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/replays/peers.py
+            sweeps it.
     """
 
     min_fraction: float = 0.1

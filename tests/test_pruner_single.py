@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
-import textwrap
 
 import numpy as np
 import optuna
@@ -92,11 +92,12 @@ def run_study(pruner: CollapsePruner, n_trials: int, *, storage=None, name=None,
     return study
 
 
-def test_docstring_example_runs():
-    doc = CollapsePruner.__doc__
-    block = doc.split(".. code-block:: python", 1)[1].split("\n    Args:", 1)[0]
+def test_docstring_example_prunes_only_trials_predicted_worse_than_the_best():
+    # tests/test_docstring_examples.py runs the example as a doctest; here its study is checked further.
+    examples = doctest.DocTestParser().get_examples(CollapsePruner.__doc__)
     namespace: dict = {}
-    exec(compile(textwrap.dedent(block), "CollapsePruner example", "exec"), namespace)
+    for example in examples:
+        exec(compile(example.source, "CollapsePruner example", "exec"), namespace)
     pruned = namespace["study"].get_trials(states=[PRUNED])
     assert pruned, "the example is meant to show pruning"
     for t in pruned:

@@ -29,6 +29,11 @@ MARKER = "COLLAPSE_HPO_TEST_CLUSTER"
 # Node-failure detection in seconds instead of the default half minute (read by the head's GCS).
 FAST_HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
                      "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+#: How long a joining node's `ray start` waits for the GCS to register its raylet (Ray's default is 10 s).
+#: On a loaded 2-core machine a second node once gave up with "GCS cannot find the node ... Try increase the
+#: RAY_raylet_start_wait_time_s config" (a fresh-clone run, 2026-12-05); the test is about losing a node, not
+#: about how fast one joins.
+SLOW_NODE_START = {"RAY_raylet_start_wait_time_s": "120"}
 
 
 def free_port() -> int:
@@ -96,6 +101,8 @@ class Node:
     process: subprocess.Popen[bytes]
     resources: dict[str, float]
     log: Path
+    args: list[str] = field(default_factory=list)  # the `ray start` arguments after the common ones
+    restarted: bool = False
 
     def raylet_pid(self) -> int:
         """The pid of this node's raylet; RuntimeError if it is not running."""
@@ -123,7 +130,7 @@ class LocalRayCluster:
     def env(self) -> dict[str, str]:
         """Environment of the cluster's processes and of drivers that should find it."""
         return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": self.address, MARKER: self.marker,
-                "RAY_USAGE_STATS_ENABLED": "0", **FAST_HEALTH_CHECK}
+                "RAY_USAGE_STATS_ENABLED": "0", **FAST_HEALTH_CHECK, **SLOW_NODE_START}
 
     def _ray(self) -> str:
         return str(Path(sys.executable).with_name("ray"))
@@ -142,7 +149,7 @@ class LocalRayCluster:
         with open(log, "wb") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self.env(),
                                     start_new_session=True)
-        node = Node(name, proc, resources, log)
+        node = Node(name, proc, resources, log, list(args))
         self.nodes.append(node)
         return node
 
@@ -191,8 +198,19 @@ class LocalRayCluster:
         return nodes
 
     def _check_alive(self) -> None:
-        """RuntimeError with the end of its log when a node's `ray start` has exited."""
-        for node in self.nodes:
+        """RuntimeError with the end of its log when a node's `ray start` has exited. A worker node that gave
+        up while registering with the GCS (Ray's own start-up timeout, seen once on a loaded 2-core machine)
+        is started again, once."""
+        for i, node in enumerate(list(self.nodes)):
+            if node.process.poll() is not None and not node.restarted and "--head" not in node.args:
+                text = node.log.read_text(errors="replace")
+                if "GCS cannot find the node" in text or "timed out during startup" in text:
+                    self.nodes.remove(node)
+                    again = self._start(f"{node.name}-again", node.args, node.resources)
+                    again.restarted = True
+                    self.nodes.remove(again)
+                    self.nodes.insert(i, again)
+                    continue
             if node.process.poll() is not None:
                 raise RuntimeError(f"node {node.name}: `ray start` exited ({node.process.returncode}); "
                                    f"end of {node.log}: {node.log.read_text(errors='replace')[-2000:]}")

@@ -3,7 +3,6 @@ block a result (issue 20, item 5)."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import warnings
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+from synthetic_trial_util import REPORTS, TAU, TOTAL, TPP, synthetic_objective
 
 from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls
 from collapse_hpo.hpo.replays.peers import OptunaAdapter
@@ -30,7 +30,6 @@ from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[1]
-TOTAL, REPORTS, TAU, TPP = 200_000, 20, 0.1, 20.0
 
 
 
@@ -89,22 +88,6 @@ def test_a_tested_prior_widens_for_curves_it_does_not_fit():
 
 
 # ------------------------------------------------------------------------------- refits never block a result
-def _objective(trial: optuna.trial.Trial) -> float:
-    x = trial.suggest_float("x", 0.0, 1.0)
-    set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=TAU, tpp=TPP)
-    rng = np.random.default_rng(trial.number)
-    final = 3.0 + 2.0 * (x - 0.3) ** 2
-    loss = math.nan
-    for i in range(1, REPORTS + 1):
-        tokens = TOTAL * i // REPORTS
-        shape = float(TRUE_SURROGATE.normalized(tokens / TOTAL, Schedule(), TAU, TPP)[0])
-        loss = final * shape * (1.0 + 0.002 * float(rng.standard_normal()))
-        trial.report(loss, step=tokens)
-        if trial.should_prune():
-            raise optuna.TrialPruned()
-    return loss
-
-
 #: The slow fit injected: it takes this long, far beyond the budget of one result.
 SLOW_FIT_S = 3.0
 #: No ``should_prune`` may take this long (the benchmark's target is 50 ms on average; this bound leaves room
@@ -136,12 +119,12 @@ def test_an_online_refit_never_blocks_a_result(monkeypatch):
 
     monkeypatch.setattr(pruner, "prune", timed)
     study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
-    study.optimize(_objective, n_trials=6)
+    study.optimize(synthetic_objective, n_trials=6)
     assert started.is_set(), "the sweep asked for an online fit"
     assert max(durations) < BUDGET_S, f"a result waited {max(durations):.2f} s for the refit"
     assert isinstance(pruner.reference, OnlineReference) and pruner.reference.wait(60)
     # Once the fit is done, the next judgements use it.
-    study.optimize(_objective, n_trials=2)
+    study.optimize(synthetic_objective, n_trials=2)
     labels = {e.reference for t in study.get_trials(deepcopy=False) for e in read_log(t.user_attrs)}
     assert any(label.startswith("online:") for label in labels if label), labels
     assert max(durations) < BUDGET_S

@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 
-import numpy as np
 import optuna
 import pytest
+from synthetic_trial_util import REPORTS, TAU, TPP, synthetic_objective
 
-from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_controls, trial_decisions
+from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, trial_decisions
 from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 from collapse_hpo.hpo.rule.decision import PruneSettings, SettingError
 from collapse_hpo.hpo.sweep.config import parse_sweep
@@ -21,7 +20,6 @@ from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 from collapse_hpo.predictors.timescale import check_one_decay, derive_decay
 
-TOTAL, REPORTS, TAU, TPP = 200_000, 20, 0.1, 20.0
 SHORTCUTS = {"min_fraction": 0.2, "confidence": 0.8, "keep_top_k": 2, "comparison": "interval",
              "margin": 0.03}
 BASE = {"name": "s", "model": {"width": 32, "depth": 1, "heads": 2}, "tpp": 20,
@@ -77,24 +75,9 @@ def test_a_bad_value_gives_one_input_error_naming_the_setting_everywhere(name, v
     assert str(yaml_err.value) == f"x.yaml: field 'pruner.{name}': {problems.pop()}"
 
 
-def _objective(trial: optuna.trial.Trial) -> float:
-    x = trial.suggest_float("x", 0.0, 1.0)
-    set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=TAU, tpp=TPP)
-    rng = np.random.default_rng(trial.number)
-    final, loss = 3.0 + 2.0 * (x - 0.3) ** 2, math.nan
-    for i in range(1, REPORTS + 1):
-        tokens = TOTAL * i // REPORTS
-        shape = float(TRUE_SURROGATE.normalized(tokens / TOTAL, Schedule(), TAU, TPP)[0])
-        loss = final * shape * (1.0 + 0.002 * float(rng.standard_normal()))
-        trial.report(loss, step=tokens)
-        if trial.should_prune():
-            raise optuna.TrialPruned()
-    return loss
-
-
 def _decisions(pruner: CollapsePruner) -> list[tuple]:
     study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
-    study.optimize(_objective, n_trials=10)
+    study.optimize(synthetic_objective, n_trials=10)
     return [(t.number, t.state, [e for e in trial_decisions(t)]) for t in study.trials]
 
 

@@ -771,8 +771,7 @@ def _paired(
     # Per common fraction f behind this trial's: its drift since f relative to the witnesses' (_ahead_drift).
     drift_at: dict[float, tuple[float, str] | None] = {}
     onset = collapse_onset(tau)  # equal controls: loss ratios from here on (``collapse_onset``)
-    before_onset = 0  # competitors with equal controls whose common fraction is before the onset
-    skipped: set[int] = set()  # their indices: they do not compete in this judgement
+    skipped: set[int] = set()  # equal-controls competitors before the onset: they do not compete here
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -794,7 +793,6 @@ def _paired(
                         margin = settings.margin
                         how = f"loss ratio at t_hat={f:.3g}, equal controls"
                     else:  # before the collapse onset: not compared at all (not even unpaired)
-                        before_onset += 1
                         skipped.add(i)
                         continue
                 elif early:
@@ -844,8 +842,8 @@ def _paired(
             how = "unpaired: its pessimistic final loss against this trial's optimistic one"
         if math.isfinite(bar):
             bars.append((bar, i, how, theirs_final, used_margin))
-    waiting = (f"; {before_onset} with equal controls not compared before the collapse onset "
-               f"t_hat={onset:.3g} (tau)") if before_onset else ""
+    waiting = (f"; {len(skipped)} with equal controls not compared before the collapse onset "
+               f"t_hat={onset:.3g} (tau)") if skipped else ""
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(

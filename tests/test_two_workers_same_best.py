@@ -38,7 +38,7 @@ def _run(tmp_path: Path, name: str, *extra: str) -> list[optuna.trial.FrozenTria
                           timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     study = name if not extra else f"{name}-noprune"
-    folder = tmp_path / "results" / (name if not extra else f"{name}-noprune")
+    folder = tmp_path / "results" / study
     return read_trials(f"sqlite:///{folder / 'study.db'}", study)
 
 

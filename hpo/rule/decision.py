@@ -29,6 +29,10 @@ predicted ``high``; pruned trials do not compete, since they will never finish).
 when its *optimistic* bound ``low`` is worse (larger)
 than the ``keep_top_k``-th best pessimistic competitor: then at least ``keep_top_k`` other trials are,
 with the stated confidence, going to end better, and this one cannot be among the best ``keep_top_k``.
+With a surrogate, a trial whose final loss cannot be predicted (for example fewer than 3 reports in the
+alignment window [t̂/2, t̂]: with a loss every 5% of training, before t̂ 0.2) is kept, whatever the loss
+ratios below would say: a prune always carries its prediction (BENCHMARKS §20 measured judging such trials
+earlier).
 
 The paired comparison (``comparison="paired"``, the default) compares two trials' predictions *made at
 the same fraction*: the reference's error is mostly a bias shared by every trial of a sweep (a size or data

@@ -544,3 +544,26 @@ def test_equal_controls_are_compared_by_loss_ratio_only_from_the_collapse_onset(
     # [0.15, 0.3], still outweighs the trial's later 3% lead (15 + 15 - 3 - 3) / 4 = 6% > 4%: pruned.
     assert _early_leader(0.1, 0.15).prune
     assert _early_leader(0.1, 0.3).prune
+
+
+def test_a_trial_is_not_paired_with_other_controls_before_its_warm_up_ends():
+    # The README's Optuna example cut its best trial (warm-up 23% of training) at t̂ 0.2 by a paired
+    # prediction made while its LR was still ramping up (BENCHMARKS §18, §20). A trial 10% worse than a rival
+    # of other controls (a 0.5% paired margin) is kept during its warm-up, with the reason saying so, and
+    # pruned by the paired prediction once the warm-up is over.
+    from collapse_hpo.hpo.rule.decision import warmup_end
+
+    warm = Schedule(warmup=0.35)
+    assert warmup_end(warm) == pytest.approx(0.35, abs=0.006) and warmup_end(SCHEDULE) == pytest.approx(0.05)
+    t = np.linspace(0.025, 1.0, 40)
+    y = 3.3 * np.asarray(PAIRED.normalized(t, warm, TAU, TPP), dtype=float)
+    comps = [rival_other_tau(3.0, 1.0)]
+    settings = PruneSettings(comparison="paired")
+    ramping = t <= 0.3 + 1e-9
+    d = decide(t[ramping], y[ramping], surrogate=PAIRED, schedule=warm, tau=TAU, tpp=TPP, competitors=comps,
+               settings=settings)
+    assert not d.prune and "not compared before this trial's warm-up ends at t_hat=0.35" in d.reason
+    past = t <= 0.5 + 1e-9
+    d = decide(t[past], y[past], surrogate=PAIRED, schedule=warm, tau=TAU, tpp=TPP, competitors=comps,
+               settings=settings)
+    assert d.prune and "paired at t_hat=0.5" in d.reason

@@ -78,6 +78,12 @@ the finer test (on fine-tuning runs it shrinks from 1.6% at t̂ 0.1 to 0.3% at 0
 stays at the floor). An online reference learns them from the sweep's own completed trials once
 ``LEAD_MIN_RUNS`` have completed.
 
+While a trial's LR is still warming up (t̂ before its schedule's ``warmup_end``) it is not compared with
+competitors of other controls by paired predictions (nor, in their place, unpaired): aligned on a ramp, its
+prediction says
+how far the ramp has got, not where the run ends; the loss ratios above still apply. The README's Optuna
+example cut its best trial (warm-up 23% of training) at t̂ 0.2 that way (BENCHMARKS §20).
+
 ``comparison="interval"`` is the unpaired rule for every competitor. A NaN, inf or non-positive loss prunes
 at once. A surrogate without an error model gives no interval: then
 low = high = the point prediction (no confidence margin; the reason says so). Points past t̂ = 1 are
@@ -639,6 +645,24 @@ def _on_grid(schedule: Schedule) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 14)  # exact: Schedules are frozen and hashed by their fields
+def warmup_end(schedule: Schedule) -> float:
+    """The end of a schedule's warm-up: the first t̂ where the LR reaches ``WARMUP_PEAK`` of its peak (0 for
+    a schedule that starts at its peak), on ``_SCHEDULE_GRID`` (steps of 0.005). Before it a trial is not
+    paired with competitors of other controls (module docstring).
+    """
+    lr = _on_grid(schedule)
+    peak = float(np.max(lr))
+    if peak <= 0:
+        return 0.0
+    return float(_SCHEDULE_GRID[int(np.argmax(lr >= WARMUP_PEAK * peak))])
+
+
+#: ``warmup_end``: the LR counts as at its peak from this share of it on (a schedule read from logged LRs
+#: may never reach its nominal peak exactly).
+WARMUP_PEAK = 0.99
+
+
 def _same_value(a: float | None, b: float | None) -> bool:
     """Whether two per-run controls agree: both None (no weight decay / TPP not defined), or both numbers
     within ``CONTROL_TOLERANCE`` (relative). None and a number differ."""
@@ -763,6 +787,7 @@ def _paired(
     n_paired = 0
     log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
     early = fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9  # this trial's first judgements
+    ramping = fraction < warmup_end(schedule) - 1e-9  # its LR still warming up: other controls wait
     # Per common fraction f: the paired margin and its wording (the same for every competitor at f).
     paired_at: dict[float, tuple[float, str] | None] = {}
     lead_at: dict[float, float | None] = {}  # per f: the winners'-lead margin, or None (``lead_margin``)
@@ -776,6 +801,7 @@ def _paired(
     drift_at: dict[float, tuple[float, str] | None] = {}
     onset = collapse_onset(tau)  # equal controls: loss ratios from here on (``collapse_onset``)
     skipped: set[int] = set()  # equal-controls competitors before the onset: they do not compete here
+    warming: set[int] = set()  # other controls while this trial warms up: they do not compete either
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -812,6 +838,9 @@ def _paired(
                                                log_cy=c.log_loss())
                     margin = lead
                     how = f"loss ratio at t_hat={f:.3g}, the reference's winners' lead"
+                elif ramping:  # during its warm-up: no paired prediction with other controls
+                    warming.add(i)
+                    continue
                 elif surrogate is not None and surrogate.pair_bands:
                     if f not in paired_at:
                         paired_at[f] = paired_margin(surrogate, f, settings, floor)
@@ -848,6 +877,9 @@ def _paired(
             bars.append((bar, i, how, theirs_final, used_margin))
     waiting = (f"; {len(skipped)} with equal controls not compared before the collapse onset "
                f"t_hat={onset:.3g} (tau)") if skipped else ""
+    if warming:
+        waiting += (f"; {len(warming)} with other controls not compared before this trial's warm-up ends at "
+                    f"t_hat={warmup_end(schedule):.3g}")
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(
@@ -862,7 +894,8 @@ def _paired(
         why = f"no competitor could be paired{waiting}"
         if surrogate is not None and not surrogate.pair_bands:
             why += " (the surrogate has no pair_bands for competitors with other controls)"
-        rest = [math.nan if i in skipped else c for i, c in enumerate(comps)]  # same indices, skipped out
+        out = skipped | warming
+        rest = [math.nan if i in out else c for i, c in enumerate(comps)]  # same indices, skipped out
         return _interval(prediction, rest, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()
     k = settings.keep_top_k

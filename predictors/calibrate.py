@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -299,10 +299,7 @@ def _prepare(
 def _shapes(d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float) -> np.ndarray:
     """ℓ̂ for parameter sets: b, q of shape (K, C) → (K, C, G)."""
     first = np.exp(m * d.log_r)  # (G,)
-    logs = d.cache.get(("log_eta", eps2))
-    if logs is None:
-        logs = d.cache[("log_eta", eps2)] = (np.log(d.eta + eps2), np.log(d.eta1 + eps2))
-    le, le1 = logs  # (C, G), (C,)
+    le, le1 = _log_eta(d, eps2)  # (C, G), (C,)
     p = np.exp(q[:, :, None] * le[None])
     p1 = np.exp(q * le1[None])
     return (first[None, None, :] + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
@@ -343,6 +340,16 @@ def _predict_terms(d: _Data) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
     return d.cache[key]
 
 
+def _pred_valid(d: _Data) -> np.ndarray:
+    """(P', C): the curve has an align window at the fraction and a positive Σ w ℓ² there
+    (``_predict_terms``); made once per ``_Data``."""
+    got = d.cache.get("pred_valid")
+    if got is None:
+        _, den, has = _predict_terms(d)
+        got = d.cache["pred_valid"] = has & ~np.isnan(den)
+    return got
+
+
 def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
     """np.nanmean without the warning on all-NaN slices (they give NaN; the grid search skips them).
 
@@ -369,8 +376,80 @@ def _bq(d: _Data, pr: _Params) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _eval(d: _Data, pr: _Params, eps2: float, predict_weight: float) -> float:
+    """The objective (a mean absolute error in units of ℓ, plus ``predict_weight`` times a mean |log|
+    ratio) at one parameter set: ``_objective(d, _shapes(d, b[None], q[None], pr.m, eps2),
+    predict_weight)[0]`` to the bit, by ``_shape_one`` and ``_objective_one``. A Nelder–Mead refinement
+    calls it ~650 times per run on a few to a few dozen curves, where numpy's per-call cost, not the
+    arithmetic, was most of its time; tests/test_predictors_calibrate.py checks the bits against the
+    batched pair."""
     b, q = _bq(d, pr)
-    return float(_objective(d, _shapes(d, b[None], q[None], pr.m, eps2), predict_weight)[0])
+    return _objective_one(d, _shape_one(d, b, q, pr.m, eps2), predict_weight)
+
+
+def _log_eta(d: _Data, eps2: float) -> tuple[np.ndarray, np.ndarray]:
+    """log(η + ε2) on the grid (C, G) and at t̂ = 1 (C,); made once per ``_Data`` and ε2."""
+    logs = d.cache.get(("log_eta", eps2))
+    if logs is None:
+        logs = d.cache[("log_eta", eps2)] = (np.log(d.eta + eps2), np.log(d.eta1 + eps2))
+    return logs
+
+
+def _first(d: _Data, m: float) -> np.ndarray:
+    """((1 + ε1)/(t̂ + ε1))^m on the grid (G,), kept for the last m asked (fixed while m is not fitted)."""
+    last = d.cache.get("first")
+    if last is None or last[0] != m:
+        last = d.cache["first"] = (m, np.exp(m * d.log_r))
+    return last[1]
+
+
+def _shape_one(d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float) -> np.ndarray:
+    """ℓ̂ (C, G) for one parameter set (b, q of shape (C,)): ``_shapes(d, b[None], q[None], m, eps2)[0]``, the
+    same elementwise operations on the same values (arithmetic in place where the batched form makes a new
+    array)."""
+    le, le1 = _log_eta(d, eps2)
+    p = np.exp(q[:, None] * le)  # exp and log into new arrays, as the batched form: the same loops
+    np.multiply(b[:, None], p, out=p)
+    np.add(_first(d, m), p, out=p)  # first + b·p (an IEEE sum does not depend on the operands' order)
+    den = np.exp(q * le1)
+    np.multiply(b, den, out=den)
+    np.add(1.0, den, out=den)
+    np.divide(p, den[:, None], out=p)
+    return p
+
+
+def _objective_one(d: _Data, shapes: np.ndarray, predict_weight: float) -> float:
+    """``_objective`` for one parameter set (``shapes``: (C, G)), as a float: the same reductions along the
+    same contiguous axes (numpy sums a row the same way whether or not the array has a leading axis of 1),
+    the NaN-skipping means inlined; the last mean, over the few predict fractions, left to right in Python,
+    as numpy sums fewer than 8 numbers."""
+    diff = np.subtract(d.ell, shapes)
+    np.abs(diff, out=diff)
+    np.multiply(diff, d.w_fit, out=diff)
+    mae = np.add.reduce(diff, axis=1)  # (C,)
+    obj = np.add.reduce(mae) / mae.shape[0]
+    terms = _predict_terms(d) if predict_weight > 0 else None
+    if terms is None:
+        return float(obj)
+    wl, den, _ = terms  # (P', C, G), (P', C), (P', C)
+    num = np.add.reduce(wl * shapes, axis=2)  # Σ w ℓ ℓ̂, (P', C)
+    # The batched form's error is NaN exactly where this is False (a positive num over a positive den has
+    # a log, possibly ±inf, never NaN), so the means skip the same entries; the errors kept are the same.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = num > 0
+        ok &= _pred_valid(d)
+        err = np.log(num / den)
+        np.abs(err, out=err)
+        err = np.where(ok, err, 0.0)
+        errs = np.add.reduce(err, axis=1) / np.add.reduce(ok, axis=1, dtype=np.intp)  # (P',)
+    if errs.size >= 8:  # numpy's pairwise sum: not a left-to-right one
+        return float(obj + predict_weight * _nanmean(errs[:, None], axis=0)[0])
+    total, count = 0.0, 0
+    for e in errs.tolist():
+        if e == e:  # not NaN
+            total += e
+            count += 1
+    mean = total / count if count else math.nan
+    return float(obj + predict_weight * mean)
 
 
 def _best_pair(
@@ -463,6 +542,78 @@ class _Abort(Exception):
     """More evaluations than lmfit allows (``_bounded_nelder_mead``)."""
 
 
+def _nelder_mead(
+    f: Callable[[list[float]], float], x0: list[float], xatol: float, fatol: float, maxiter: int
+) -> list[float]:
+    """``scipy.optimize.minimize(f, x0, method="Nelder-Mead", options={"xatol": xatol, "fatol": fatol,
+    "maxiter": maxiter}).x`` to the bit (scipy 1.17's ``_minimize_neldermead``, no bounds, not adaptive; the
+    evaluations unbounded, as there with ``maxiter`` given): the same simplex, steps, tests and order of
+    evaluations, the same IEEE operations in the same order on Python floats instead of numpy arrays of 3–5
+    numbers, whose per-call cost was ~40% of a refinement beside the objective. The simplex is sorted by
+    numpy's argsort, as there (the order of equal values is numpy's). ``f`` gets each point as a new list.
+    tests/test_predictors_calibrate.py checks it against scipy and lmfit."""
+    n = len(x0)
+    sim = [list(x0)]
+    for k in range(n):
+        y = list(x0)
+        y[k] = (1 + 0.05) * y[k] if y[k] != 0 else 0.00025
+        sim.append(y)
+    fsim = [math.inf] * (n + 1)
+    try:
+        for k in range(n + 1):
+            fsim[k] = f(list(sim[k]))
+    finally:
+        sim, fsim = _nm_sort(sim, fsim)
+    sim, fsim = _nm_sort(sim, fsim)  # scipy sorts twice here (a second sort may move equal values)
+    iterations = 1
+    while iterations < maxiter:
+        best, fbest = sim[0], fsim[0]
+        if (all(abs(v - b) <= xatol for row in sim[1:] for v, b in zip(row, best))
+                and all(abs(fbest - g) <= fatol for g in fsim[1:])):
+            break
+        xbar = list(sim[0])
+        for row in sim[1:-1]:  # numpy's sum of rows: left to right
+            xbar = [a + v for a, v in zip(xbar, row)]
+        xbar = [a / n for a in xbar]
+        worst = sim[-1]
+        xr = [2 * a - 1 * w for a, w in zip(xbar, worst)]  # (1 + ρ) x̄ − ρ x_worst, ρ = 1
+        fxr = f(xr)
+        shrink = False
+        if fxr < fsim[0]:
+            xe = [3 * a - 2 * w for a, w in zip(xbar, worst)]  # expansion, χ = 2
+            fxe = f(xe)
+            sim[-1], fsim[-1] = (xe, fxe) if fxe < fxr else (xr, fxr)
+        elif fxr < fsim[-2]:
+            sim[-1], fsim[-1] = xr, fxr
+        elif fxr < fsim[-1]:
+            xc = [1.5 * a - 0.5 * w for a, w in zip(xbar, worst)]  # outside contraction, ψ = 0.5
+            fxc = f(xc)
+            if fxc <= fxr:
+                sim[-1], fsim[-1] = xc, fxc
+            else:
+                shrink = True
+        else:
+            xcc = [0.5 * a + 0.5 * w for a, w in zip(xbar, worst)]  # inside contraction
+            fxcc = f(xcc)
+            if fxcc < fsim[-1]:
+                sim[-1], fsim[-1] = xcc, fxcc
+            else:
+                shrink = True
+        if shrink:  # σ = 0.5
+            for j in range(1, n + 1):
+                sim[j] = [b + 0.5 * (v - b) for b, v in zip(sim[0], sim[j])]
+                fsim[j] = f(list(sim[j]))
+        iterations += 1
+        sim, fsim = _nm_sort(sim, fsim)
+    return sim[0]
+
+
+def _nm_sort(sim: list[list[float]], fsim: list[float]) -> tuple[list[list[float]], list[float]]:
+    """The simplex and its values ordered by ``np.argsort`` of the values (scipy's order, ties included)."""
+    order = np.argsort(np.array(fsim, dtype=float)).tolist()
+    return [sim[i] for i in order], [fsim[i] for i in order]
+
+
 def _bounded_nelder_mead(
     fun: Any, start: dict[str, float], bounds: dict[str, tuple[float, float]], vary: dict[str, bool],
     options: dict[str, Any],
@@ -480,7 +631,9 @@ def _bounded_nelder_mead(
 
     def external(n: str, x: Any) -> float:
         lo, hi = bounds[n]
-        val = float(lo + (np.sin(x) + 1) * (hi - lo) / 2.0)
+        # numpy's sin (math.sin may differ in the last bit); the rest in Python floats, the same IEEE
+        # operations in the same order as on numpy scalars, at a fraction of their cost per evaluation
+        val = lo + (float(np.sin(x)) + 1) * (hi - lo) / 2.0
         return min(max(val, lo), hi)
 
     x0 = []
@@ -491,7 +644,7 @@ def _bounded_nelder_mead(
     max_nfev = 2000 * (len(names) + 1)
     state = {"nfev": 0, "last": None}
 
-    def penalty(xs: np.ndarray) -> float:
+    def penalty(xs: list[float]) -> float:
         state["nfev"] += 1
         state["last"] = xs
         if state["nfev"] > max_nfev:
@@ -501,7 +654,12 @@ def _bounded_nelder_mead(
         return fun(values)
 
     try:
-        best = minimize(penalty, x0, method="Nelder-Mead", options=dict(options)).x
+        if set(options) <= {"xatol", "fatol", "maxiter"} and "maxiter" in options:
+            best = _nelder_mead(penalty, x0, float(options.get("xatol", 1e-4)),
+                                float(options.get("fatol", 1e-4)), int(options["maxiter"]))
+        else:
+            best = minimize(lambda xs: penalty(xs.tolist()), x0, method="Nelder-Mead",
+                            options=dict(options)).x
     except _Abort:
         best = state["last"]
     best = np.atleast_1d(best)

@@ -220,6 +220,18 @@ def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():
             assert cal_mod._eval(sub, pr, 0.1, w) == alone         # first call fills the cache
             assert cal_mod._eval(sub, pr, 0.1, w) == alone         # and the cached parts give the same bits
     assert sub.cache and not d.cache  # the fold's parameter-free parts are cached on its own rows only
+    # one parameter set (`_eval`: `_shape_one`, `_objective_one`) gives the batched form's bits, also where
+    # exp overflows and the NaN-skipping means skip (wild parameters), with m fixed and m moving
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(300):
+            pr = cal_mod._Params(lb0=rng.normal(0, 4), b_e=rng.normal(0, 2), lq0=rng.normal(0, 4),
+                                 q_e=rng.normal(0, 2), m=0.05 if k % 2 else float(rng.uniform(0, 0.7)))
+            b, q = cal_mod._bq(d, pr)
+            for w in (0.0, 1.0, 0.3):
+                batched = float(cal_mod._objective(d, cal_mod._shapes(d, b[None], q[None], pr.m, 0.1), w)[0])
+                one = cal_mod._eval(d, pr, 0.1, w)
+                assert one == batched or (np.isnan(one) and np.isnan(batched)), (k, w, one, batched)
     a = rng.normal(size=(4, 7))
     a[a > 0.8] = np.nan
     a[1] = np.nan
@@ -267,3 +279,41 @@ def test_the_bounded_nelder_mead_is_lmfits_to_the_bit(case):
     assert ours["d"] == 3.0  # clipped
     if case == "converged":
         assert ours["c"] == pytest.approx(0.6, abs=1e-3)  # at its upper bound
+
+
+def test_the_python_nelder_mead_is_scipys_to_the_bit():
+    """`_nelder_mead` (the refinement's loop on Python floats) makes scipy's Nelder–Mead steps exactly: the
+    same points asked in the same order and the same answer, on smooth and noisy objectives, with a zero
+    coordinate in the start, with flat regions (equal values: the simplex's order of ties is numpy's
+    argsort's), converged and stopped by maxiter. A reordered sum or step moves the last bits."""
+    import math
+
+    from scipy.optimize import minimize
+
+    from collapse_hpo.predictors.calibrate import _nelder_mead
+
+    def smooth(x):
+        return sum((v - 0.3 * k) ** 2 for k, v in enumerate(x)) + 0.1 * math.sin(5 * x[0])
+
+    def noisy(x):
+        return smooth(x) + 1e-3 * math.sin(1e4 * x[-1])
+
+    def flat(x):  # equal values wherever the point is far out: ties in the simplex
+        return 1e9 if abs(x[0]) > 0.5 else smooth(x)
+
+    def recorded(fun, points):
+        """``fun`` on a list of floats, keeping every point asked."""
+        def f(x):
+            points.append(list(x))
+            return fun(list(x))
+        return f
+
+    for fun in (smooth, noisy, flat):
+        for x0 in ([0.2, -1.1, 0.0], [0.4, 0.0, 2.0, -0.7, 0.05], [0.45, 1.0]):
+            for maxiter in (4000, 25):
+                ours_points, theirs_points = [], []
+                ours = _nelder_mead(recorded(fun, ours_points), x0, 1e-6, 1e-9, maxiter)
+                theirs = minimize(recorded(fun, theirs_points), x0, method="Nelder-Mead",
+                                  options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": maxiter}).x.tolist()
+                assert ours_points == theirs_points, (fun.__name__, x0, maxiter)
+                assert ours == theirs

@@ -74,23 +74,37 @@ class TrialMemo:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[Any, TrialControls], list[Any]] = {}
+        self._entries: dict[TrialControls, dict[Any, list[Any]]] = {}  # by defaults, then trial id
+        # the table of the defaults asked last, found by identity: the online reference asks with one
+        # defaults object for every trial at every judgement, and hashing it each time was ~15% of the memo
+        self._last: tuple[TrialControls, dict[Any, list[Any]]] | None = None
+
+    def _table(self, defaults: TrialControls) -> dict[Any, list[Any]]:
+        """The entries read with ``defaults`` (by trial id)."""
+        last = self._last
+        if last is not None and last[0] is defaults:
+            return last[1]
+        table = self._entries.setdefault(defaults, {})
+        self._last = (defaults, table)
+        return table
 
     def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> list[Any]:
-        key = (getattr(t, "_trial_id", None), defaults)
+        trial_id = getattr(t, "_trial_id", None)
         fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
-        hit = self._entries.get(key) if key[0] is not None else None
+        table = self._table(defaults)
+        hit = table.get(trial_id) if trial_id is not None else None
         if hit is not None and hit[1] == fingerprint and (hit[0] is t or t.state.is_finished()):
             return hit
         try:
             controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
-        entry = [t, fingerprint, controls, _UNSET, _UNSET]
-        if key[0] is not None:
-            if len(self._entries) >= 100_000:
-                self._entries.clear()
-            self._entries[key] = entry
+        # t, fingerprint, controls, curve, last step, reach, reaching curves (the last four when first asked)
+        entry = [t, fingerprint, controls, _UNSET, _UNSET, _UNSET, _UNSET]
+        if trial_id is not None:
+            if len(table) >= 100_000:
+                table.clear()
+            table[trial_id] = entry
         return entry
 
     def controls(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> TrialControls:
@@ -120,8 +134,43 @@ class TrialMemo:
             entry[4] = max((s for s in t.intermediate_values if s != skip), default=None)
         return entry[4]
 
+    def reach(
+        self, t: optuna.trial.FrozenTrial, defaults: TrialControls
+    ) -> tuple[TrialControls | InputError, float | None]:
+        """The trial's controls (or why they do not parse) and ``trial_reach`` of its reports (None when its
+        controls do not parse), with one lookup: an online reference asks this of every trial at every
+        judgement (``_reaching``), and the reach depends only on what the entry holds (the controls, the
+        count of reports and the last step)."""
+        entry = self._entry(t, defaults)
+        if entry[5] is _UNSET:
+            controls = entry[2]
+            entry[5] = None if isinstance(controls, InputError) else trial_reach(
+                len(t.intermediate_values), self.last_step(t, defaults), controls.total)
+        return entry[2], entry[5]
+
+    def reaching(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> list[tuple[Curve, float]]:
+        """``predictors.prior.reaching_curves([curve])`` of the trial's curve ([] when it has none or its
+        controls or curve do not parse): a function of the curve, which the entry holds."""
+        entry = self._entry(t, defaults)
+        if entry[6] is _UNSET:
+            try:
+                c = self.curve(t, defaults)
+            except InputError:
+                c = None
+            entry[6] = [] if c is None else reaching_curves([c])
+        return entry[6]
+
 
 _UNSET = object()
+
+
+def trial_reach(n_reports: int, last: float | None, total: float | None) -> float | None:
+    """How far a trial has run, in t̂ rounded down to ``REACH_STEP`` (at most 1), from its count of reports,
+    its last reported step and its training length (same units); None with fewer than 3 reports, no
+    report or no length."""
+    if n_reports < 3 or last is None or not total:
+        return None
+    return math.floor(min(last / total, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
 
 
 def reference_curves(
@@ -649,11 +698,15 @@ def _reaching(
         values = t.intermediate_values
         if not values:
             continue
-        try:
-            controls = (defaults.merged(t.user_attrs, f"trial {t.number}") if memo is None
-                        else memo.controls(t, defaults))
-        except InputError:
-            continue
+        if memo is None:
+            try:
+                controls = defaults.merged(t.user_attrs, f"trial {t.number}")
+            except InputError:
+                continue
+        else:
+            controls, r = memo.reach(t, defaults)
+            if isinstance(controls, InputError):
+                continue
         kind = (controls.tau is None, controls.tpp is None)  # what a law can refuse
         if prior is not None and kind not in served:
             try:
@@ -665,20 +718,17 @@ def _reaching(
             return [], f"trial {t.number} ({served[kind]})"
         if memo is None:
             skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
-            last = max((s for s in values if s != skip), default=None)
-        else:
-            last = memo.last_step(t, defaults)
-        total = controls.total
-        if len(values) < 3 or last is None or not total:
-            continue
-        r = math.floor(min(last / total, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
-        if r >= MIN_REACH - 1e-9:
+            r = trial_reach(len(values), max((s for s in values if s != skip), default=None), controls.total)
+        if r is not None and r >= MIN_REACH - 1e-9:
             reach.append((-r, t.number, t))
     reach.sort(key=lambda x: (x[0], x[1]))
     out: list[tuple[int, float, Curve]] = []
     for _, number, t in reach[:MAX_TESTED]:
+        if memo is not None:
+            out.extend((number, r, curve) for curve, r in memo.reaching(t, defaults))
+            continue
         try:
-            c = trial_curve(t, defaults) if memo is None else memo.curve(t, defaults)
+            c = trial_curve(t, defaults)
         except InputError:
             continue
         if c is None:

@@ -110,6 +110,30 @@ def test_cached_replay_makes_the_same_decisions_as_the_uncached_path(monkeypatch
         assert 0 < sum(pruned) < len(pruned), f"{name}: the sweep must exercise the rule"
 
 
+@pytest.mark.usefixtures("quick_online")
+def test_the_online_references_trial_memo_reads_what_reading_anew_reads(monkeypatch):
+    """The online reference's test of its fit (``_reaching``) through the TrialMemo (each trial's reach and
+    reaching curves kept per stored version) gives what reading every trial anew gives, at every judgement
+    of a collapse-online replay whose running trials move on between judgements."""
+    real = reference._reaching
+    seen = {"calls": 0, "kept": 0}
+
+    def plain(out):
+        found, why = out
+        return [(n, r, c.run, c.t_hat.tolist(), c.loss.tolist()) for n, r, c in found], why
+
+    def both(trials, defaults, prior, memo=None):
+        got = real(trials, defaults, prior, memo)
+        assert memo is not None and plain(got) == plain(real(trials, defaults, prior, None))
+        seen["calls"] += 1
+        seen["kept"] += len(got[0])
+        return got
+
+    monkeypatch.setattr(reference, "_reaching", both)
+    run(["collapse-online"], cache=True)
+    assert seen["calls"] > 10 and seen["kept"] > 10
+
+
 def test_predictions_are_computed_once_across_orders(monkeypatch):
     """The prediction of a trial from its first k reports is the same in every order: replaying one order
     twice with shared caches computes no prediction the second time, and decides the same."""

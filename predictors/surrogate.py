@@ -20,6 +20,7 @@ calibrated on, so a prediction can say when it extrapolates.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -474,12 +475,15 @@ def _interpolate(bands: list[ErrorBand], fraction: float) -> ErrorBand | None:
     """The band at ``fraction``, linearly interpolated; the first or last band outside their range."""
     if not bands:
         return None
-    fr = np.array([b.fraction for b in bands])
+    fr = [b.fraction for b in bands]
     if fraction <= fr[0]:
         return bands[0]
     if fraction >= fr[-1]:
         return bands[-1]
-    j = int(np.searchsorted(fr, fraction))
+    # bisect_left is np.searchsorted's binary search (side "left") step for step, without building an array
+    # (a prediction asks this ~3 times); numpy orders a NaN last and bisect does not, so a NaN keeps numpy
+    j = bisect.bisect_left(fr, fraction) if fraction == fraction and all(f == f for f in fr) else int(
+        np.searchsorted(np.array(fr), fraction))
     lo, hi = bands[j - 1], bands[j]
     w = (fraction - lo.fraction) / (hi.fraction - lo.fraction)
     mae = None

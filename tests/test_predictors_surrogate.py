@@ -55,6 +55,14 @@ def test_error_band_interpolates_and_clamps():
     assert mid.scale == pytest.approx(0.03) and mid.bias == pytest.approx(0.01) and mid.n == 5
     assert s.error_band(0.05).scale == 0.04 and s.error_band(0.9).scale == 0.02
     assert Surrogate(b_c=1, b_e=0, q_c=1, q_e=0).error_band(0.2) is None
+    # the band index (a binary search on a list) is np.searchsorted's at every fraction between the bands
+    bands = [ErrorBand(f, 5, 0.01 * k, 0.04 / (k + 1), 0.1) for k, f in enumerate((0.1, 0.15, 0.2, 0.3, 0.5))]
+    s = Surrogate(b_c=0.3, b_e=0, q_c=1, q_e=0, error_bands=bands)
+    fr = np.array([b.fraction for b in bands])
+    for f in np.linspace(0.1001, 0.4999, 97):
+        j = int(np.searchsorted(fr, f))
+        w = (f - fr[j - 1]) / (fr[j] - fr[j - 1])
+        assert s.error_band(f).scale == bands[j - 1].scale + w * (bands[j].scale - bands[j - 1].scale)
 
 
 @pytest.mark.parametrize("content,expect", [

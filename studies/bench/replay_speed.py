@@ -133,9 +133,17 @@ def time_pruners(args: argparse.Namespace, orders: int, jobs: int) -> dict[str, 
 
 
 def _shim(code: Path, into: Path) -> None:
-    """A folder whose ``collapse_hpo`` package is ``code``'s (links to its top-level folders)."""
+    """A folder whose ``collapse_hpo`` package is ``code``'s (links to its top-level folders and its
+    ``collapse_hpo/__init__.py``). A regular package, not a namespace one: Python prefers a regular
+    ``collapse_hpo`` anywhere later on the path (this checkout's, e.g. through the current directory) to a
+    namespace package, which made the "before" code this checkout's own."""
     pkg = into / "collapse_hpo"
     pkg.mkdir()
+    init = code / "collapse_hpo" / "__init__.py"
+    if init.is_file():
+        (pkg / "__init__.py").symlink_to(init)
+    else:
+        (pkg / "__init__.py").write_text("")
     for name in PACKAGES:
         if (code / name).is_dir():
             (pkg / name).symlink_to(code / name)
@@ -154,7 +162,15 @@ def run_other(code: Path, args: argparse.Namespace, orders: int) -> dict[str, di
             cmd += ["--pruner", p]
         for p in args.skip:
             cmd += ["--skip", p]
-        env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        # no empty entry after the shim: an empty PYTHONPATH entry is the current directory, whose
+        # collapse_hpo (this checkout's, run from its root) would come next
+        paths = (tmp, os.environ.get("PYTHONPATH"))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+        check = [sys.executable, "-c", "import collapse_hpo.hpo as h; print(h.__path__[0])"]
+        where = subprocess.run(check, check=True, env=env, cwd=tmp, capture_output=True,
+                               text=True).stdout.strip()
+        if Path(where).resolve() != (code / "hpo").resolve():
+            raise SystemExit(f"--compare: the other code would import {where}, not {code / 'hpo'}")
         subprocess.run(cmd, check=True, env=env)
         return json.loads(result.read_text())
 

@@ -555,6 +555,9 @@ def test_a_trial_is_not_paired_with_other_controls_before_its_warm_up_ends():
 
     warm = Schedule(warmup=0.35)
     assert warmup_end(warm) == pytest.approx(0.35, abs=0.006) and warmup_end(SCHEDULE) == pytest.approx(0.05)
+    assert warmup_end(Schedule(kind="cosine")) == 0.0
+    logged = Schedule(kind="data", points=((0.0, 0.0), (0.1, 0.5), (0.2, 0.995), (0.21, 1.0), (1.0, 0.0)))
+    assert warmup_end(logged) == pytest.approx(0.2)  # within 1% of the peak counts as the peak
     t = np.linspace(0.025, 1.0, 40)
     y = 3.3 * np.asarray(PAIRED.normalized(t, warm, TAU, TPP), dtype=float)
     comps = [rival_other_tau(3.0, 1.0)]

@@ -39,6 +39,12 @@ MISFIT_LIMIT = 2.0
 NOT_COLLAPSING = "does not collapse"
 
 
+def stretches(t_hat: np.ndarray) -> np.ndarray:
+    """The index (0 .. ``BINS`` − 1) of each sorted point's stretch of the window (``_bins``), for callers of
+    both ``systematic_residual`` and ``current_loss`` on the same points."""
+    return _bins(t_hat)
+
+
 def _bins(t_hat: np.ndarray) -> np.ndarray:
     """The index (0 .. ``BINS`` − 1) of each point's stretch of the window [t̂_first, t̂_last], equal widths."""
     t = np.asarray(t_hat, dtype=float)
@@ -48,12 +54,15 @@ def _bins(t_hat: np.ndarray) -> np.ndarray:
     return np.minimum(((t - t[0]) * (BINS / span)).astype(np.intp), BINS - 1)
 
 
-def systematic_residual(t_hat: np.ndarray, residual: np.ndarray, weights: np.ndarray) -> float:
+def systematic_residual(
+    t_hat: np.ndarray, residual: np.ndarray, weights: np.ndarray, bins: np.ndarray | None = None
+) -> float:
     """The systematic part of an alignment residual r (normalized-loss units): r averaged within each of
     ``BINS`` equal stretches of the window (``weights``: the points' spacing weights), then the weighted mean
     of the absolute stretch means. Batch-to-batch noise averages out within a stretch; a curve whose shape
-    departs from ℓ̂ keeps its departure. O(n). Points sorted by t̂."""
-    b = _bins(t_hat)
+    departs from ℓ̂ keeps its departure. O(n). Points sorted by t̂. ``bins``: ``stretches(t_hat)`` when the
+    caller has it already (a prediction asks for it twice)."""
+    b = _bins(t_hat) if bins is None else bins
     w = np.asarray(weights, dtype=float)
     wb = np.bincount(b, weights=w, minlength=BINS)
     rb = np.bincount(b, weights=w * np.asarray(residual, dtype=float), minlength=BINS)
@@ -61,10 +70,13 @@ def systematic_residual(t_hat: np.ndarray, residual: np.ndarray, weights: np.nda
     return float(np.sum(np.abs(rb[have])) / np.sum(wb[have]))
 
 
-def current_loss(t_hat: np.ndarray, loss: np.ndarray, weights: np.ndarray) -> float:
+def current_loss(
+    t_hat: np.ndarray, loss: np.ndarray, weights: np.ndarray, bins: np.ndarray | None = None
+) -> float:
     """The curve's loss at its latest reports: the weighted mean loss over the last of the ``BINS`` stretches
-    of the window (``weights``: the points' spacing weights). Points sorted by t̂."""
-    last = _bins(t_hat) == BINS - 1
+    of the window (``weights``: the points' spacing weights). Points sorted by t̂. ``bins``: as in
+    ``systematic_residual``."""
+    last = (_bins(t_hat) if bins is None else bins) == BINS - 1
     w = np.asarray(weights, dtype=float)[last]
     y = np.asarray(loss, dtype=float)[last]
     return float(np.dot(w, y) / np.sum(w)) if np.sum(w) > 0 else float(y[-1])

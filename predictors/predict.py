@@ -31,6 +31,7 @@ from collapse_hpo.predictors.misfit import (
     current_loss,
     misfit_ratio,
     shown_interval,
+    stretches,
     systematic_residual,
 )
 from collapse_hpo.predictors.schedules import Schedule
@@ -361,17 +362,19 @@ def _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
         return _fail(f"t_hat and loss must be 1-D of equal length (got shapes {t.shape} and {y.shape})")
     if t.size == 0:
         return _fail("no points yet")
-    if not np.all(np.isfinite(t)):
+    # The array methods (``t.max()``, ``.all()``) are numpy's functions without their dispatch: a prediction
+    # is ~25 points, where the per-call cost is the cost.
+    if not np.isfinite(t).all():
         return _fail("t_hat has NaN/inf values")
-    p = float(np.max(t))
-    if np.min(t) < 0.0 or p > 1.0 + 1e-9:
-        return _fail(f"t_hat outside [0, 1] (range {np.min(t):.4g} to {p:.4g}): a run reported past its end",
+    p = float(t.max())
+    if t.min() < 0.0 or p > 1.0 + 1e-9:
+        return _fail(f"t_hat outside [0, 1] (range {t.min():.4g} to {p:.4g}): a run reported past its end",
                      fraction=min(p, 1.0))
-    if not np.all(np.isfinite(y)):
+    if not np.isfinite(y).all():
         bad = float(t[np.flatnonzero(~np.isfinite(y))[0]])
         return _fail(f"loss is NaN/inf at t_hat={bad:.4g} (the run diverged or logged a bad value)",
                      fraction=p)
-    if np.any(y <= 0.0):
+    if (y <= 0.0).any():
         bad = float(t[np.flatnonzero(y <= 0.0)[0]])
         return _fail(f"loss is not positive at t_hat={bad:.4g}", fraction=p)
     if not 0.0 < confidence < 1.0:
@@ -380,27 +383,32 @@ def _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
         return _fail(f"fraction {p:.4g} is below min_fraction {min_fraction:g}", fraction=p)
     window = t >= surrogate.align_start * p
     n = int(np.count_nonzero(window))
-    distinct = int(np.unique(t[window]).size)
+    t_in = t[window]
+    order = np.argsort(t_in, kind="stable")
+    tw, yw = t_in[order], y[window][order]
+    # Distinct t̂ counted on the sorted window as np.unique counts them (neighbours that differ; no NaN here).
+    distinct = 1 + int(np.count_nonzero(tw[1:] != tw[:-1])) if tw.size else 0
     if distinct < MIN_POINTS:
         return _fail(f"too few points to align: {distinct} distinct t_hat in "
                      f"[{surrogate.align_start * p:.3g}, {p:.3g}], need {MIN_POINTS}", fraction=p, n=n)
-    order = np.argsort(t[window], kind="stable")
-    tw, yw = t[window][order], y[window][order]
     try:
         b, q = surrogate.b(tau), surrogate.q(tpp)
     except ValueError as err:
         return _fail(str(err), fraction=p, n=n)
-    shape = surrogate.normalized_bq(tw, np.asarray(schedule(tw), dtype=float), float(schedule(1.0)), b, q)
-    if not np.all(np.isfinite(shape)) or np.any(shape <= 0):
+    eta_end = schedule.end() if isinstance(schedule, Schedule) else float(schedule(1.0))
+    shape = surrogate.normalized_bq(tw, np.asarray(schedule(tw), dtype=float), eta_end, b, q)
+    if not np.isfinite(shape).all() or (shape <= 0).any():
         return _fail("the surrogate gives a non-finite or non-positive shape for these controls",
                      fraction=p, n=n)
     w = spacing_weights(tw)
     c = align_divisor(yw, shape, surrogate.align, w)
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
-    mae = float(np.dot(w, np.abs(yw / c - shape)) / np.sum(w))
-    return _Aligned(p=p, n=n, c=c, mae=mae, resid=systematic_residual(tw, yw / c - shape, w),
-                    current=current_loss(tw, yw, w), lowest=float(np.min(y)))
+    r = yw / c - shape  # the alignment residual
+    mae = float(np.dot(w, np.abs(r)) / np.sum(w))
+    bins = stretches(tw)
+    return _Aligned(p=p, n=n, c=c, mae=mae, resid=systematic_residual(tw, r, w, bins),
+                    current=current_loss(tw, yw, w, bins), lowest=float(y.min()))
 
 
 def _finish(

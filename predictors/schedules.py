@@ -47,6 +47,7 @@ class Schedule:
     points: tuple[tuple[float, float], ...] = ()
     _x: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _y: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    _end: float | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -89,6 +90,13 @@ class Schedule:
         if scalar:
             return float(out)
         return out
+
+    def end(self) -> float:
+        """η(1)/η_peak: ``self(1.0)``, computed once per schedule (every prediction divides by it)."""
+        if self._end is None:
+            object.__setattr__(self, "_end", float(self(1.0)))
+        assert self._end is not None
+        return self._end
 
     def _shape(self, t: np.ndarray) -> np.ndarray:
         w, f = self.warmup, self.final

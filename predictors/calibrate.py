@@ -157,6 +157,11 @@ class _Data:
     cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+#: The error model reuses the m check's fold fits with m fixed when m stays fixed (``calibrate``): they are
+#: the same calls. False runs them again (tests/test_predictors_calibrate.py: the same surrogate either way).
+REUSE_M_CHECK_FITS = True
+
+
 def _subset(d: _Data, idx: np.ndarray) -> _Data:
     """The curves ``idx`` of ``d`` as their own _Data (a fit on a fold evaluates on these rows only)."""
     return _Data(
@@ -1020,6 +1025,10 @@ def calibrate(
 
     base = fit(None, False)
     fold_masks = _folds(labels, folds) if len(set(labels)) >= 2 else []
+    # The m check's fits with m fixed, by fold: fit(train, False, start=base) is the very call the error
+    # model makes for that fold when m stays fixed (best is base): a refinement is a function of its rows,
+    # start and settings, so it is not run twice (a third of the refinements of a calibration that keeps m).
+    fixed_fits: dict[int, _Params] = {}
     chosen_free = free_m is True
     if free_m == "auto":
         if not fold_masks:
@@ -1028,11 +1037,13 @@ def calibrate(
             )
         else:
             held = {False: [], True: []}
-            for mask in fold_masks:
+            for f, mask in enumerate(fold_masks):
                 train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
                 for free in (False, True):
                     pr = fit(train, free, start=base)
                     held[free].append(_eval(_subset(d, test), pr, eps2, 0.0))
+                    if not free:
+                        fixed_fits[f] = pr
             fixed_mae, free_mae = float(np.mean(held[False])), float(np.mean(held[True]))
             chosen_free = free_mae < 0.98 * fixed_mae
             notes.append(
@@ -1049,7 +1060,10 @@ def calibrate(
     if fold_masks:
         for f, mask in enumerate(fold_masks):
             train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
-            pr = fit(train, chosen_free, start=best)
+            if best is base and not chosen_free and f in fixed_fits and REUSE_M_CHECK_FITS:
+                pr = fixed_fits[f]  # the m check made this very call: fit(train, False, start=base)
+            else:
+                pr = fit(train, chosen_free, start=best)
             s_fold = _to_surrogate(pr, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)
             errs, fold_maes = _predict_errors(s_fold, [curves[i] for i in test], error_fractions)
             for j, i in enumerate(test):

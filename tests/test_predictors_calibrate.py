@@ -317,3 +317,31 @@ def test_the_python_nelder_mead_is_scipys_to_the_bit():
                                   options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": maxiter}).x.tolist()
                 assert ours_points == theirs_points, (fun.__name__, x0, maxiter)
                 assert ours == theirs
+
+
+def test_the_error_model_reuses_the_m_checks_fixed_m_fold_fits_to_the_bit(monkeypatch):
+    """With m kept fixed by the m check, the error model's fold fits are the m check's fixed-m ones (the same
+    calls: ``REUSE_M_CHECK_FITS``): one refinement fewer per fold, and the same surrogate to the bit."""
+    from collapse_hpo.predictors import calibrate as cal_module
+
+    truth = Surrogate(b_c=0.5, b_e=0.0, q_c=1.0, q_e=0.0, m=0.05, tau_law="constant", tpp_law="constant")
+    curves = synthetic_curves(truth, taus=(0.1,), tpps=(20.0, 21.0, 22.0), seeds=2, noise=0.002, seed=3)
+    refine = cal_module._refine
+    runs: list[int] = []
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return refine(*args, **kwargs)
+
+    monkeypatch.setattr(cal_module, "_refine", counted)
+
+    def run(reuse: bool) -> tuple[dict, int]:
+        monkeypatch.setattr(cal_module, "REUSE_M_CHECK_FITS", reuse)
+        runs.clear()
+        c = calibrate(curves, free_m="auto", groups=[i // 2 for i in range(6)], folds=3)
+        assert any("m kept fixed" in n for n in c.notes)  # the case where the fits are the same calls
+        return c.surrogate.to_dict(), len(runs)
+
+    (reused, n_reused), (again, n_again) = run(True), run(False)
+    assert n_reused == n_again - 3  # the 3 folds' error-model refinements were not run again
+    assert reused == again

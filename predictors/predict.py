@@ -306,6 +306,39 @@ def caching(cache: PredictionCache | None) -> Iterator[PredictionCache | None]:
         _ACTIVE_CACHE = before
 
 
+def align_partial(
+    t_hat: np.ndarray, loss: np.ndarray, *, surrogate: Surrogate, schedule: Schedule, tau: float | None,
+    tpp: float | None, min_fraction: float = 0.1, confidence: float = 0.9,
+) -> Prediction | _Aligned:
+    """The first step of ``predict_final_loss`` (without ``params``): the partial curve aligned onto the
+    surrogate's shape, which every surrogate with the same ``shape_key`` gives alike, or the failed
+    Prediction saying why none can be made. Never raises (a failure is a failed Prediction, as there).
+    ``final_loss_of`` finishes it for one surrogate: the paired comparison predicts each competitor from
+    its points up to a fraction for every tested copy of a fit, and aligns it once per shape
+    (hpo/rule/decision.py)."""
+    try:
+        return _aligned_cached(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
+    except Exception as err:  # as predict_final_loss: a curve must never crash a sweep
+        return _fail(f"prediction failed: {type(err).__name__}: {err}")
+
+
+def final_loss_of(
+    aligned: Prediction | _Aligned, surrogate: Surrogate, *, tau: float | None, tpp: float | None,
+    confidence: float = 0.9,
+) -> float | None:
+    """The predicted final loss (loss units) of ``predict_final_loss`` without ``params`` when it succeeds,
+    else None, from its alignment (``align_partial`` of the same curve, controls, min_fraction and
+    confidence, with a surrogate of ``surrogate``'s ``shape_key``): the same second step, ``_finish``, with
+    ``surrogate``'s error model (whose failure fails the prediction there too)."""
+    if isinstance(aligned, Prediction):
+        return float(aligned.final_loss) if aligned.ok else None
+    try:
+        p = _finish(aligned, surrogate, tau, tpp, confidence, None)
+    except Exception:  # predict_final_loss's failed Prediction
+        return None
+    return float(p.final_loss) if p.ok else None
+
+
 def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:
     aligned = _aligned_cached(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
     if isinstance(aligned, Prediction):

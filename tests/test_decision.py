@@ -375,23 +375,52 @@ def test_paired_keep_top_k_needs_k_rivals_that_beat_the_run():
     assert judge_paired(t, y, [*rivals, rival(3.05, 1.0)], keep_top_k=2).prune
 
 
-def test_paired_predictions_are_memoized_per_surrogate_and_schedule_object():
+def test_paired_alignments_are_memoized_per_shape_and_schedule_object():
     from dataclasses import replace as copy_with
 
     from collapse_hpo.hpo.rule import decision
 
-    decision._PAIRED_PREDICTIONS.clear()
+    decision._PAIRED_ALIGNMENTS.clear()
     t, y = distorted(3.09, 0.3)
     rivals = [rival_other_tau(3.0, 1.0)]
     first = judge_paired(t, y, rivals, margin=0.0)
-    cached = len(decision._PAIRED_PREDICTIONS)
-    assert cached == 1  # the rival's prediction at the common fraction (the trial's own is its decision's)
+    cached = len(decision._PAIRED_ALIGNMENTS)
+    assert cached == 1  # the rival's alignment at the common fraction (the trial's own is its decision's)
     again = judge_paired(t, y, rivals, margin=0.0)
-    assert again == first and len(decision._PAIRED_PREDICTIONS) == cached  # served from the memo
-    # another surrogate object (here with another shape) is never served a cached prediction
+    assert again == first and len(decision._PAIRED_ALIGNMENTS) == cached  # served from the memo
+    # a copy with other bands (a tested online fit) has the same shape: the same alignment serves it
+    wider = copy_with(PAIRED, error_bands=[ErrorBand(fraction=0.1, n=5, bias=0.01, scale=0.2, max_abs=0.5)])
+    judge_paired(t, y, [rival_other_tau(3.0, 1.0)], surrogate=wider, margin=0.0)
+    assert len(decision._PAIRED_ALIGNMENTS) == cached
+    # another shape is never served a cached alignment
     other = copy_with(PAIRED, b_c=0.8)
     d = judge_paired(t, y, rivals, surrogate=other, margin=0.0)
-    assert len(decision._PAIRED_PREDICTIONS) == cached + 1 and d.threshold != first.threshold
+    assert len(decision._PAIRED_ALIGNMENTS) == cached + 1 and d.threshold != first.threshold
+
+
+def test_memoized_paired_predictions_are_the_unmemoized_ones_across_copies_and_shapes():
+    """Judging with the same competitors (their memos) and the shared alignment memo against a sequence of
+    surrogates (copies with other bands, other shapes, back again) decides as judging each afresh: new
+    competitors, memo cleared. Each competitor's value enters the threshold, so a stale one shows."""
+    from dataclasses import replace as copy_with
+
+    from collapse_hpo.hpo.rule import decision
+
+    def rivals() -> list[Competitor]:
+        return [rival_other_tau(3.0, 1.0), rival_other_tau(3.1, 0.3), rival_other_tau(None, 0.25),
+                rival_other_tau(2.95, 0.2)]
+
+    wider = copy_with(PAIRED, error_bands=[ErrorBand(fraction=0.1, n=5, bias=0.01, scale=0.2, max_abs=0.5)])
+    surrogates = [PAIRED, wider, copy_with(PAIRED, b_c=0.8), copy_with(wider, m=0.07), PAIRED,
+                  copy_with(PAIRED, q_e=0.2), wider]
+    kept = rivals()
+    for upto in (0.25, 0.3):
+        t, y = distorted(3.09, upto)
+        for s in surrogates:
+            memoized = judge_paired(t, y, kept, surrogate=s, margin=0.0)
+            decision._PAIRED_ALIGNMENTS.clear()
+            fresh = judge_paired(t, y, rivals(), surrogate=s, margin=0.0)
+            assert memoized == fresh and memoized.threshold is not None
 
 
 def test_loss_log_ratio_matches_its_definition_with_and_without_given_logs():

@@ -128,7 +128,13 @@ from collapse_hpo.hpo.rule.reports import (  # re-exported: the cleaning's names
     clean,
 )
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
+from collapse_hpo.predictors.predict import (
+    align_partial,
+    final_loss_of,
+    predict_final_loss,
+    shape_key,
+    t_quantile,
+)
 
 if TYPE_CHECKING:
     from collapse_hpo.predictors.predict import Prediction
@@ -319,6 +325,12 @@ class Competitor:
     _predicted: dict[tuple[int, float, float], tuple[Any, float | None]] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
+    # Their alignments, by (the surrogate's shape_key, fraction, min_fraction, confidence): an online fit is
+    # tested anew as the sweep's curves move on (a new surrogate, new bands, the same shape), and its copies
+    # share the alignment; only the error-model step is redone (``_paired``).
+    _aligned: dict[tuple[Any, ...], Any] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
     _sorted: bool | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @classmethod
@@ -382,6 +394,13 @@ class Competitor:
             object.__setattr__(self, "_predicted", {})
         assert self._predicted is not None
         return self._predicted
+
+    def alignments(self) -> dict[tuple[Any, ...], Any]:
+        """The competitor's own memo of the alignments behind them, by shape (made on first use)."""
+        if self._aligned is None:
+            object.__setattr__(self, "_aligned", {})
+        assert self._aligned is not None
+        return self._aligned
 
 
 @dataclass(frozen=True)
@@ -711,12 +730,13 @@ def loss_log_ratio(
     return float(np.mean(mine - theirs))
 
 
-#: The paired comparison's predictions from a curve's points up to a fraction, memoized: one judgement
-#: predicts every competitor, and the same competitor at the same fraction is predicted again for every
-#: trial judged there. The key is the surrogate and schedule *objects* (kept in the entry and checked by
-#: identity, so a reused id never hits), τ, TPP, min_fraction and the points' bytes; a prediction is a pure
-#: function of these. Cleared when full.
-_PAIRED_PREDICTIONS: dict[tuple[Any, ...], tuple[Any, Any, float | None]] = {}
+#: The alignments behind the paired comparison's predictions from a curve's points up to a fraction,
+#: memoized: one judgement predicts every competitor, the same competitor at the same fraction is predicted
+#: again for every trial judged there, and for every tested copy of an online fit (the same shape). The key
+#: is the surrogate's ``shape_key``, the schedule *object* (kept in the entry and checked by identity, so a
+#: reused id never hits), τ, TPP, min_fraction, confidence and the points' bytes; an alignment is a pure
+#: function of these (``predict.align_partial``). Cleared when full.
+_PAIRED_ALIGNMENTS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 _PAIRED_CACHE_SIZE = 100_000
 
 
@@ -750,36 +770,49 @@ def _paired(
         what = "current loss"
     own: dict[float, float | None] = {fraction: value}  # this trial's prediction at each fraction used
 
+    shape = shape_key(surrogate) if surrogate is not None else None  # what an alignment depends on
+
     def at(
         f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None,
-        memo: dict[tuple[int, float, float], tuple[Any, float | None]] | None = None,
+        comp: Competitor | None = None,
     ) -> float | None:
-        """A prediction from the points at t̂ <= f of one curve (None when it fails); memoized (``memo``:
-        a competitor's own, whose curve and controls these are)."""
+        """A prediction from the points at t̂ <= f of one curve (None when it fails): ``predict_final_loss``'s
+        value, memoized (``comp``: the competitor whose curve and controls these are, with its own memos)."""
         assert surrogate is not None
-        if memo is not None:
-            mkey = (id(surrogate), f, settings.min_fraction)
-            mine = memo.get(mkey)
-            if mine is not None and mine[0] is surrogate:
-                return mine[1]
-            value = at(f, tt, yy, sched, ta, tp)
-            memo[mkey] = (surrogate, value)
-            return value
+        if comp is None:
+            return final_loss_of(aligned_at(f, tt, yy, sched, ta, tp), surrogate, tau=ta, tpp=tp,
+                                 confidence=settings.confidence)
+        memo = comp.memo()
+        mkey = (id(surrogate), f, settings.min_fraction)
+        mine = memo.get(mkey)
+        if mine is not None and mine[0] is surrogate:
+            return mine[1]
+        aligned = comp.alignments()
+        akey = (shape, f, settings.min_fraction, settings.confidence)
+        if akey not in aligned:
+            aligned[akey] = aligned_at(f, tt, yy, sched, ta, tp)
+        value = final_loss_of(aligned[akey], surrogate, tau=ta, tpp=tp, confidence=settings.confidence)
+        memo[mkey] = (surrogate, value)
+        return value
+
+    def aligned_at(
+        f: float, tt: np.ndarray, yy: np.ndarray, sched: Schedule, ta: float | None, tp: float | None
+    ) -> Any:
+        """The alignment of the points at t̂ <= f of one curve (``align_partial``), memoized by shape."""
+        assert surrogate is not None
         keep = tt <= f + 1e-12
         tk, yk = np.ascontiguousarray(tt[keep]), np.ascontiguousarray(yy[keep])
-        key = (id(surrogate), id(sched), ta, tp, settings.min_fraction, tk.tobytes(), yk.tobytes())
-        hit = _PAIRED_PREDICTIONS.get(key)
-        if hit is not None and hit[0] is surrogate and hit[1] is sched:
-            return hit[2]
-        p = predict_final_loss(
-            tk, yk, surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
-            min_fraction=settings.min_fraction, confidence=settings.confidence,
-        )
-        value = float(p.final_loss) if p.ok else None
-        if len(_PAIRED_PREDICTIONS) >= _PAIRED_CACHE_SIZE:
-            _PAIRED_PREDICTIONS.clear()
-        _PAIRED_PREDICTIONS[key] = (surrogate, sched, value)
-        return value
+        key = (shape, id(sched), ta, tp, settings.min_fraction, settings.confidence, tk.tobytes(),
+               yk.tobytes())
+        hit = _PAIRED_ALIGNMENTS.get(key)
+        if hit is not None and hit[0] is sched:
+            return hit[1]
+        aligned = align_partial(tk, yk, surrogate=surrogate, schedule=sched, tau=ta, tpp=tp,
+                                min_fraction=settings.min_fraction, confidence=settings.confidence)
+        if len(_PAIRED_ALIGNMENTS) >= _PAIRED_CACHE_SIZE:
+            _PAIRED_ALIGNMENTS.clear()
+        _PAIRED_ALIGNMENTS[key] = (sched, aligned)
+        return aligned
 
     # (bar, competitor index, how compared, the competitor's final loss in this trial's units, margin used)
     bars: list[tuple[float, int, str, float, float]] = []
@@ -847,7 +880,7 @@ def _paired(
                     if f not in own:
                         own[f] = at(f, t, y, schedule, tau, tpp)
                     mine = own[f]
-                    theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
+                    theirs = at(f, ct, cy, c.schedule, c.tau, c.tpp, c)
                     paired = paired_at[f]
                     if mine is not None and theirs is not None and paired is not None:
                         margin, how = paired
@@ -1002,7 +1035,8 @@ def _ahead_drift(
     its error, ε_T(p) − ε_C(f) plus the mean of the witnesses' ε(f) − ε(p) (ε each prediction's own miss), has
     about the variance of the paired error at f it replaces. With no witness but the trial the shift is 0.
 
-    ``at(f, t, y, schedule, tau, tpp, memo)`` is ``_paired``'s memoized prediction from the points at t̂ <= f.
+    ``at(f, t, y, schedule, tau, tpp, competitor)`` is ``_paired``'s memoized prediction from the points at
+    t̂ <= f.
     Returns (shift, the reason's wording), or None when the trial's prediction at f failed.
     """
     if mine_at_f is None or mine_at_f <= 0 or value <= 0:
@@ -1017,8 +1051,8 @@ def _ahead_drift(
     witnesses = witnesses[max(0, len(witnesses) - AHEAD_WITNESSES):]
     for c in witnesses:
         ct, cy = c.arrays()
-        then = at(f, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
-        now = at(fraction, ct, cy, c.schedule, c.tau, c.tpp, c.memo())
+        then = at(f, ct, cy, c.schedule, c.tau, c.tpp, c)
+        now = at(fraction, ct, cy, c.schedule, c.tau, c.tpp, c)
         if then is not None and now is not None and then > 0 and now > 0:
             drifts.append(math.log(now / then))
     shift = own_drift - float(np.mean(drifts))

@@ -159,3 +159,24 @@ def test_speed_1000_point_partial_curve_under_5ms():
         pred = predict_final_loss(t, y, surrogate=BANDED, schedule=sched, tau=0.1, tpp=20)
     per_call = (time.perf_counter() - start) / 50
     assert pred.ok and per_call < 5e-3
+
+
+def test_the_t_quantile_is_scipy_stats_to_the_bit():
+    """``t_quantile`` computes scipy.stats.t.ppf without importing scipy.stats (``predict._t_ppf``): the same
+    bits at the confidences and counts the rule and the error models use, and at random ones."""
+    from scipy import stats
+
+    from collapse_hpo.predictors.predict import _t_ppf
+
+    rng = np.random.default_rng(0)
+    confidences = [0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1e-9, 1 - 1e-12, *rng.uniform(0, 1, 200).tolist()]
+    dfs = [1, 2, 3, 4, 5, 7, 10, 19, 30, 100, 1000, 10**6, *rng.integers(1, 500, 50).tolist()]
+    for conf in confidences:
+        q = 0.5 + 0.5 * conf
+        for df in dfs:
+            want = float(stats.t.ppf(q, df=df))
+            got = _t_ppf(q, df)
+            assert got == want and math.copysign(1, got) == math.copysign(1, want), (conf, df)
+    for q, df in [(1.0, 3), (0.5, 3), (0.0, 3), (0.7, 0.5)]:  # the edges go to scipy.stats itself
+        want, got = float(stats.t.ppf(q, df=df)), _t_ppf(q, df)
+        assert got == want or (math.isnan(got) and math.isnan(want))

@@ -64,12 +64,14 @@ def disable_caches(m: pytest.MonkeyPatch) -> None:
     m.setattr(judge.Judge, "competitors", competitors)
     m.setattr(decision, "same_schedule", decision.same_schedule.__wrapped__)
     m.setattr(decision, "_on_grid", decision._on_grid.__wrapped__)
-    # Issue 20 (replay speed): controls parsed at every read, competitors' paired predictions through the
-    # shared bytes-keyed cache only, the last point before a fraction by a mask, controls compared schedule
-    # first (the order of the checks before).
+    # Issue 20 (replay speed): controls parsed at every read, competitors' paired predictions made anew
+    # (no memo per competitor, none of their alignments shared), the last point before a fraction by a mask,
+    # controls compared schedule first (the order of the checks before).
     m.setattr(pruner.CollapsePruner, "_merged",
               lambda self, attrs, where: self._defaults.merged(attrs, where))
     m.setattr(decision.Competitor, "memo", lambda self: None)
+    m.setattr(decision.Competitor, "alignments", lambda self: None)
+    m.setattr(decision, "_PAIRED_ALIGNMENTS", _NoStore())  # every alignment made anew, per surrogate
 
     def last_at(self, fraction):
         t = self.arrays()[0]
@@ -84,6 +86,13 @@ def disable_caches(m: pytest.MonkeyPatch) -> None:
         return decision._same_value(tau, other.tau) and decision._same_value(tpp, other.tpp)
 
     m.setattr(decision, "same_controls", same_controls)
+
+
+class _NoStore(dict):
+    """A memo that keeps nothing (``disable_caches``)."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
 
 
 def decisions(details: dict, name: str) -> list[tuple[list[int], list[bool]]]:

@@ -779,14 +779,15 @@ def _paired(
         """A prediction from the points at t̂ <= f of one curve (None when it fails): ``predict_final_loss``'s
         value, memoized (``comp``: the competitor whose curve and controls these are, with its own memos)."""
         assert surrogate is not None
-        if comp is None:
+        memo = comp.memo() if comp is not None else None
+        if memo is None:  # this trial's own points (memoized per judgement in ``own``), or memos off
             return final_loss_of(aligned_at(f, tt, yy, sched, ta, tp), surrogate, tau=ta, tpp=tp,
                                  confidence=settings.confidence)
-        memo = comp.memo()
         mkey = (id(surrogate), f, settings.min_fraction)
         mine = memo.get(mkey)
         if mine is not None and mine[0] is surrogate:
             return mine[1]
+        assert comp is not None  # it has a memo
         aligned = comp.alignments()
         akey = (shape, f, settings.min_fraction, settings.confidence)
         if akey not in aligned:

@@ -134,18 +134,36 @@ def shape_miss(prior: Surrogate, curve: Curve, reach: float) -> float | None:
     return (observed - expected) / math.log(reach / f)
 
 
+def _memoized_miss(
+    memo: dict[tuple[int, float], tuple[Curve, float | None]], prior: Surrogate, curve: Curve, reach: float
+) -> float | None:
+    """``shape_miss(prior, curve, reach)`` from ``memo`` (the entry keeps the curve, checked by identity, so a
+    reused id never hits)."""
+    key = (id(curve), reach)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is curve:
+        return hit[1]
+    u = shape_miss(prior, curve, reach)
+    memo[key] = (curve, u)
+    return u
+
+
 def prior_for_sweep(
-    prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT, own: bool = False
+    prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT, own: bool = False,
+    memo: dict[tuple[int, float], tuple[Curve, float | None]] | None = None,
 ) -> SweepPrior:
     """The prior tested on the sweep's curves (module docstring); deterministic for given curves.
 
     ``own``: the surrogate was fitted on this sweep (an online fit, tested on the sweep's curves it was not
     fitted on): its paired errors and size trend were learned on the sweep, and are kept.
+    ``memo``: ``shape_miss`` of ``prior`` by curve object and reach, kept by a caller that tests this one
+    prior again as the sweep's curves move on (one at a time) and never changes a curve it handed in: an
+    online reference (hpo/rule/reference.py).
     """
     tested = []
     misses = []
     for c, reach in reaching_curves(curves):
-        u = shape_miss(prior, c, reach)
+        u = shape_miss(prior, c, reach) if memo is None else _memoized_miss(memo, prior, c, reach)
         if u is not None:
             tested.append((c.run, reach))
             misses.append(u)

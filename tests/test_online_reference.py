@@ -87,6 +87,33 @@ def test_a_tested_prior_widens_for_curves_it_does_not_fit():
     assert BUILTIN_PRIOR.is_file()
 
 
+def test_a_tested_fits_memo_of_shape_misses_tests_it_as_testing_anew():
+    """``prior_for_sweep`` with a memo of shape misses (an online reference's, per fit: by curve object and
+    reach) gives what testing anew gives while the sweep's curves move on one at a time (each move a new
+    curve object, as the reference's TrialMemo makes them), and serves the curves that did not move."""
+    prior, _ = load_prior("builtin")
+    runs = [c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
+            if c.run.startswith("lr_tau_s0_")][:5]
+
+    def upto(c, n):
+        return type(c)(run=c.run, t_hat=c.t_hat[:n], loss=c.loss[:n], schedule=c.schedule, tau=c.tau,
+                       tpp=c.tpp)
+
+    reports = [len(c.t_hat) // 4 for c in runs]
+    curves = [upto(c, n) for c, n in zip(runs, reports, strict=True)]
+    memo: dict = {}
+    served = 0
+    for step in range(3 * len(runs)):  # the runs move on in turn, a few reports at a time
+        i = step % len(runs)
+        reports[i] += max(1, len(runs[i].t_hat) // 12)
+        curves[i] = upto(runs[i], reports[i])
+        before = len(memo)
+        tested = prior_for_sweep(prior, curves, own=True, memo=memo)
+        assert tested == prior_for_sweep(prior, curves, own=True)
+        served += len(tested.tested) - (len(memo) - before)
+    assert served > 10
+
+
 # ------------------------------------------------------------------------------- refits never block a result
 #: The slow fit injected: it takes this long, far beyond the budget of one result.
 SLOW_FIT_S = 3.0

@@ -505,6 +505,9 @@ class OnlineReference:
         self._latest: tuple[Surrogate, str] | None = None  # the newest online fit this process has
         self._tested: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
         self._tested_fit: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
+        # the online fit last tested and its shape misses by curve and reach (``prior_for_sweep``'s memo): the
+        # curves are the TrialMemo's, one object per stored version of a trial, never changed
+        self._misses: tuple[Surrogate, dict[tuple[int, float], Any]] | None = None
         self._refitter = _Refitter() if refit == "background" else None
         self._memo = TrialMemo()
         # the complete trials' ids at the last ``get`` and their reference curves (a finished trial never
@@ -619,7 +622,11 @@ class OnlineReference:
                 return self._tested_fit[1]
         if not candidates:
             return fit, label
-        tested = prior_for_sweep(fit, [curve for _, _, curve in candidates], own=True)
+        with self._lock:  # the shape misses of this fit's tests so far: one curve moves on at a time
+            if self._misses is None or self._misses[0] is not fit:
+                self._misses = (fit, {})
+            misses = self._misses[1]
+        tested = prior_for_sweep(fit, [curve for _, _, curve in candidates], own=True, memo=misses)
         out = (tested.surrogate, _tested_label(label, tested.tested))
         with self._lock:
             self._tested_fit = (key, out)

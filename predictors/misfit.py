@@ -40,13 +40,9 @@ NOT_COLLAPSING = "does not collapse"
 
 
 def stretches(t_hat: np.ndarray) -> np.ndarray:
-    """The index (0 .. ``BINS`` − 1) of each sorted point's stretch of the window (``_bins``), for callers of
-    both ``systematic_residual`` and ``current_loss`` on the same points."""
-    return _bins(t_hat)
-
-
-def _bins(t_hat: np.ndarray) -> np.ndarray:
-    """The index (0 .. ``BINS`` − 1) of each point's stretch of the window [t̂_first, t̂_last], equal widths."""
+    """The index (0 .. ``BINS`` − 1) of each point's stretch of the window [t̂_first, t̂_last], equal widths
+    (points sorted by t̂); a caller of both ``systematic_residual`` and ``current_loss`` on the same points
+    passes it to both."""
     t = np.asarray(t_hat, dtype=float)
     span = float(t[-1] - t[0])
     if not span > 0:
@@ -62,7 +58,7 @@ def systematic_residual(
     of the absolute stretch means. Batch-to-batch noise averages out within a stretch; a curve whose shape
     departs from ℓ̂ keeps its departure. O(n). Points sorted by t̂. ``bins``: ``stretches(t_hat)`` when the
     caller has it already (a prediction asks for it twice)."""
-    b = _bins(t_hat) if bins is None else bins
+    b = stretches(t_hat) if bins is None else bins
     w = np.asarray(weights, dtype=float)
     wb = np.bincount(b, weights=w, minlength=BINS)
     rb = np.bincount(b, weights=w * np.asarray(residual, dtype=float), minlength=BINS)
@@ -76,7 +72,7 @@ def current_loss(
     """The curve's loss at its latest reports: the weighted mean loss over the last of the ``BINS`` stretches
     of the window (``weights``: the points' spacing weights). Points sorted by t̂. ``bins``: as in
     ``systematic_residual``."""
-    last = (_bins(t_hat) if bins is None else bins) == BINS - 1
+    last = (stretches(t_hat) if bins is None else bins) == BINS - 1
     w = np.asarray(weights, dtype=float)[last]
     y = np.asarray(loss, dtype=float)[last]
     return float(np.dot(w, y) / np.sum(w)) if np.sum(w) > 0 else float(y[-1])

@@ -698,22 +698,18 @@ def _reaching(
 ) -> tuple[list[tuple[int, float, Curve]], str | None]:
     """Trials whose curves can test the prior (``predictors.prior.reaching_curves``): (number, reach, curve),
     the furthest-reaching first; and which trial the prior cannot predict, with why (None when it can predict
-    every trial with reports). Reads each trial's last report and controls; builds curves for those kept."""
+    every trial with reports). Reads each trial's last report and controls; builds curves for those kept.
+    ``memo``: the reads kept between calls (None: read every trial anew, through a memo of this call)."""
+    if memo is None:
+        memo = TrialMemo()
     reach: list[tuple[float, int, Any]] = []
     served: dict[tuple[bool, bool], str | None] = {}
     for t in trials:
-        values = t.intermediate_values
-        if not values:
+        if not t.intermediate_values:
             continue
-        if memo is None:
-            try:
-                controls = defaults.merged(t.user_attrs, f"trial {t.number}")
-            except InputError:
-                continue
-        else:
-            controls, r = memo.reach(t, defaults)
-            if isinstance(controls, InputError):
-                continue
+        controls, r = memo.reach(t, defaults)
+        if isinstance(controls, InputError):
+            continue
         kind = (controls.tau is None, controls.tpp is None)  # what a law can refuse
         if prior is not None and kind not in served:
             try:
@@ -723,25 +719,12 @@ def _reaching(
                 served[kind] = str(err)
         if served.get(kind) is not None:
             return [], f"trial {t.number} ({served[kind]})"
-        if memo is None:
-            skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
-            r = trial_reach(len(values), max((s for s in values if s != skip), default=None), controls.total)
         if r is not None and r >= MIN_REACH - 1e-9:
             reach.append((-r, t.number, t))
     reach.sort(key=lambda x: (x[0], x[1]))
     out: list[tuple[int, float, Curve]] = []
     for _, number, t in reach[:MAX_TESTED]:
-        if memo is not None:
-            out.extend((number, r, curve) for curve, r in memo.reaching(t, defaults))
-            continue
-        try:
-            c = trial_curve(t, defaults)
-        except InputError:
-            continue
-        if c is None:
-            continue
-        for curve, r in reaching_curves([c]):
-            out.append((number, r, curve))
+        out.extend((number, r, curve) for curve, r in memo.reaching(t, defaults))
     return out, None
 
 

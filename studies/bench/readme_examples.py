@@ -11,6 +11,8 @@ given to the collapse rule. Per sampler seed, the same draws are trained three t
   losses are the truth;
 - ``collapse``: the README's ``CollapsePruner`` / ``CollapseScheduler`` as it is (its defaults);
 - ``collapse@M`` (with ``--margin M``): the same with its one knob, ``margin``, set to M;
+- ``collapse@min_fraction=F`` (with ``--min-fraction F``): the same with ``min_fraction`` set to F (the
+  trials' first judgement; BENCHMARKS §21);
 - ``sha`` / ``asha``: Optuna's ``SuccessiveHalvingPruner()`` / Tune's ``ASHAScheduler`` at their defaults
   (``max_t`` = the run's optimizer steps, the one setting ASHA needs to know the run's length).
 
@@ -19,9 +21,14 @@ best completed trial) is ``none``'s best, the mean and worst regret of the kept 
 the true best, in %), and the wall time per sweep. Target (issue 20): at equal or lower regret than SHA/ASHA,
 less compute.
 
+``--eval-every N`` runs the examples with a validation loss every N optimizer steps instead of the README's
+``EVAL_EVERY`` (its block's line is replaced before it runs; BENCHMARKS §21: every 4 of 200 steps, a loss
+every 2% of training, as the README advises).
+
 ``.venv/bin/python studies/bench/readme_examples.py [--part optuna|ray] [--seeds 4] [--trials 20]
-[--ray-seeds 3] [--samples 16]`` (about 4 minutes for the Optuna part and 13 for the Ray part on 2 cores at a
-load average of 20, at ``nice``; a Tune sweep costs about 1 minute more than the same Optuna sweep).
+[--ray-seeds 3] [--samples 16] [--eval-every N]`` (about 4 minutes for the Optuna part and 13 for the Ray
+part on 2 cores at a load average of 20, at ``nice``; a Tune sweep costs about 1 minute more than the same
+Optuna sweep).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 import argparse
 import contextlib
 import logging
+import re
 import statistics
 import sys
 import tempfile
@@ -65,11 +73,18 @@ class Sweep:
     wall_s: float
 
 
-def example(kind: str) -> dict:
+def example(kind: str, eval_every: int | None = None) -> dict:
     """A fresh namespace of the README's example (``kind`` "optuna": its plain-Optuna block; "ray": that block
-    and the Ray Tune block below it, as the README tells the reader to join them)."""
+    and the Ray Tune block below it, as the README tells the reader to join them). ``eval_every``: run it
+    with ``EVAL_EVERY`` = that many optimizer steps instead of the README's value."""
     ns: dict = {"__name__": NAMESPACE}
-    exec(compile(readme_blocks(OPTUNA_HEADING)[0], "README.md (plain Optuna)", "exec"), ns)
+    block = readme_blocks(OPTUNA_HEADING)[0]
+    if eval_every is not None:
+        block, n = re.subn(r"^EVAL_EVERY = \d+", f"EVAL_EVERY = {eval_every}", block, flags=re.MULTILINE)
+        if n != 1:
+            raise SystemExit("readme_examples: the README's Optuna block has no `EVAL_EVERY = <n>` line "
+                             "to set")
+    exec(compile(block, "README.md (plain Optuna)", "exec"), ns)
     if kind == "ray":
         exec(compile(readme_blocks(RAY_HEADING)[-1], "README.md (Ray Tune)", "exec"), ns)
     return ns
@@ -80,17 +95,22 @@ def key(params: dict) -> tuple:
     return tuple(round(float(params[k]), 12) for k in sorted(params))
 
 
-def margin_of(rule: str) -> float | None:
-    """The margin of a "collapse@M" rule (the collapse rule with its one knob set to M), else None."""
-    return float(rule.split("@", 1)[1]) if rule.startswith("collapse@") else None
+def settings_of(rule: str) -> dict[str, float] | None:
+    """The settings of a "collapse@..." rule (the collapse rule with one setting changed: "collapse@M" sets
+    ``margin`` to M, "collapse@NAME=V" sets NAME to V), else None."""
+    if not rule.startswith("collapse@"):
+        return None
+    value = rule.split("@", 1)[1]
+    name, _, number = value.rpartition("=")
+    return {name or "margin": float(number)}
 
 
-def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
-    ns = example("optuna")
-    if margin_of(rule) is not None:  # the README's pruner (reference="online") with its knob set
+def optuna_sweep(rule: str, seed: int, trials: int, eval_every: int | None = None) -> Sweep:
+    ns = example("optuna", eval_every)
+    if settings_of(rule) is not None:  # the README's pruner (reference="online") with one setting changed
         from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner
 
-        pruner = CollapsePruner(reference="online", margin=margin_of(rule))
+        pruner = CollapsePruner(reference="online", **settings_of(rule))
     else:
         pruner = {"none": optuna.pruners.NopPruner(), "collapse": ns["pruner"],
                   "sha": optuna.pruners.SuccessiveHalvingPruner()}[rule]
@@ -107,23 +127,24 @@ def optuna_sweep(rule: str, seed: int, trials: int) -> Sweep:
     return Sweep(steps, final, reason, wall)
 
 
-def ray_sweep(rule: str, seed: int, trials: int) -> Sweep:
+def ray_sweep(rule: str, seed: int, trials: int, eval_every: int | None = None) -> Sweep:
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     with tempfile.TemporaryDirectory(prefix="readme_bench_") as folder, contextlib.chdir(folder):
-        ns = example("ray")  # in its own folder: the README's mirror (sqlite:///tune_mirror.db) is fresh
+        # in its own folder: the README's mirror (sqlite:///tune_mirror.db) is fresh
+        ns = example("ray", eval_every)
         steps_total = ns["STEPS"]
         asha = ASHAScheduler(time_attr="step", metric="loss", mode="min", max_t=steps_total)
-        if margin_of(rule) is not None:  # the README's scheduler with its knob set
+        if settings_of(rule) is not None:  # the README's scheduler with one setting changed
             from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
             from collapse_hpo.hpo.rule.decision import PruneSettings
 
             scheduler = CollapseScheduler(
                 reference="online", metric="loss", time_attr="step", units="steps", total=steps_total,
                 controls=ns["trial_controls"], storage="sqlite:///tune_mirror.db", study_name="char-mlp",
-                settings=PruneSettings(margin=margin_of(rule)))
+                settings=PruneSettings(**settings_of(rule)))
         else:
             scheduler = {"none": FIFOScheduler(), "collapse": ns["scheduler"], "asha": asha}[rule]
         tuner = tune.Tuner(
@@ -160,14 +181,15 @@ def score(base: Sweep, run: Sweep) -> tuple[float, bool, float]:
     return compute, kept == best, 100.0 * (truth[kept] / truth[best] - 1.0)
 
 
-def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int) -> list[str]:
+def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int, eval_every: int | None = None
+          ) -> list[str]:
     sweep = optuna_sweep if part == "optuna" else ray_sweep
     rows: dict[str, list[tuple[float, bool, float, float]]] = {r: [] for r in rules}
     for seed in range(seeds):
-        base = sweep("none", seed, trials)
+        base = sweep("none", seed, trials, eval_every)
         rows["none"].append((1.0, True, 0.0, base.wall_s))
         for rule in rules[1:]:
-            run = sweep(rule, seed, trials)
+            run = sweep(rule, seed, trials, eval_every)
             rows[rule].append((*score(base, run), run.wall_s))
             c, same, regret = rows[rule][-1][:3]
             print(f"  {part} seed {seed} {rule:9s} compute {c:.2f}  best {'same' if same else 'other'}  "
@@ -197,19 +219,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=16, help="Tune samples per sweep")
     ap.add_argument("--margin", type=float, action="append", default=[],
                     help="also the collapse rule with its knob (margin) at this value (repeatable)")
+    ap.add_argument("--min-fraction", type=float, action="append", default=[],
+                    help="also the collapse rule with min_fraction at this value (repeatable)")
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="optimizer steps between two validation losses (default: the README's EVAL_EVERY)")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore")
+    if args.eval_every is not None and args.eval_every < 1:
+        ap.error(f"--eval-every must be a positive number of optimizer steps, got {args.eval_every}")
     knobs = [f"collapse@{m:g}" for m in args.margin]
+    knobs += [f"collapse@min_fraction={f:g}" for f in args.min_fraction]
     tables = []
     if args.part in ("optuna", "both"):
-        tables.append(bench("optuna", ("none", "collapse", *knobs, "sha"), args.seeds, args.trials))
+        tables.append(bench("optuna", ("none", "collapse", *knobs, "sha"), args.seeds, args.trials,
+                            args.eval_every))
     if args.part in ("ray", "both"):
         import ray
 
         logging.getLogger("ray").setLevel(logging.ERROR)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        tables.append(bench("ray", ("none", "collapse", *knobs, "asha"), args.ray_seeds, args.samples))
+        tables.append(bench("ray", ("none", "collapse", *knobs, "asha"), args.ray_seeds, args.samples,
+                            args.eval_every))
     print()
     for table in tables:
         print("\n".join(table) + "\n")

@@ -214,7 +214,9 @@ class PruneSettings:
             winners' lead is the finer test, ``lead_margin``, that lead decides). Between other controls, a
             reference whose runs are told apart more finely caps it (``sweep_margin``: at most
             ``MARGIN_CAP`` × its paired error). ``FRONTIER_KNOBS["collapse"]`` in hpo/replays/peers.py
-            sweeps it.
+            sweeps it. Raise it where curves of different controls still cross by more than 4% at t̂ 0.1
+            (the README's 200-step MLP, reporting every 2%: 0.16 keeps its best trial, 0.04 does not;
+            BENCHMARKS §21).
     """
 
     min_fraction: float = 0.1

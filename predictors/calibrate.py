@@ -634,18 +634,22 @@ def _bounded_nelder_mead(
     transform (external = min + (sin(x) + 1)(max − min)/2, start x = arcsin(2(v − min)/(max − min) − 1)), the
     same values clipped to the bounds, the same scipy call and lmfit's cap of 2000·(varied + 1) evaluations
     (past it, the last point tried). The same arithmetic in the same order: the results are lmfit's to the
-    bit (tests/test_calibrate.py checks it against lmfit). ``fun`` takes {name: value}; returns the same."""
+    bit (tests/test_predictors_calibrate.py checks it against lmfit). ``fun`` takes {name: value}; returns
+    the same."""
     from scipy.optimize import minimize
 
     names = [n for n in start if vary[n]]
     values = {n: min(max(float(start[n]), bounds[n][0]), bounds[n][1]) for n in start}
 
-    def external(n: str, x: Any) -> float:
-        lo, hi = bounds[n]
-        # numpy's sin (math.sin may differ in the last bit); the rest in Python floats, the same IEEE
-        # operations in the same order as on numpy scalars, at a fraction of their cost per evaluation
-        val = lo + (float(np.sin(x)) + 1) * (hi - lo) / 2.0
-        return min(max(val, lo), hi)
+    spans = [(n, *bounds[n], bounds[n][1] - bounds[n][0]) for n in names]
+
+    def set_external(xs: Any) -> None:
+        """``values`` of the varied parameters at the internal point ``xs``, clipped to their bounds."""
+        for (n, lo, hi, span), x in zip(spans, xs):
+            # numpy's sin (math.sin may differ in the last bit); the rest in Python floats, the same IEEE
+            # operations in the same order as on numpy scalars, at a fraction of their cost per evaluation
+            val = lo + (float(np.sin(x)) + 1) * span / 2.0
+            values[n] = min(max(val, lo), hi)
 
     x0 = []
     for n in names:
@@ -655,16 +659,12 @@ def _bounded_nelder_mead(
     max_nfev = 2000 * (len(names) + 1)
     state = {"nfev": 0, "last": None}
 
-    spans = [(n, *bounds[n], bounds[n][1] - bounds[n][0]) for n in names]
-
     def penalty(xs: list[float]) -> float:
         state["nfev"] += 1
         state["last"] = xs
         if state["nfev"] > max_nfev:
             raise _Abort
-        for (n, lo, hi, span), x in zip(spans, xs):  # ``external`` inlined: called ~2,500 times a fit
-            val = lo + (float(np.sin(x)) + 1) * span / 2.0
-            values[n] = min(max(val, lo), hi)
+        set_external(xs)
         return fun(values)
 
     try:
@@ -676,8 +676,8 @@ def _bounded_nelder_mead(
                             options=dict(options)).x
     except _Abort:
         best = state["last"]
-    best = np.atleast_1d(best)
-    return {**values, **{n: external(n, x) for n, x in zip(names, best)}}
+    set_external(np.atleast_1d(best))
+    return dict(values)
 
 
 def _to_surrogate(

@@ -96,6 +96,11 @@ class SweepPrior:
     miss: float
 
 
+def rounded_reach(t_hat: float) -> float:
+    """How far a run has got, ``t_hat`` (at most 1) rounded down to a multiple of ``REACH_STEP``."""
+    return math.floor(min(t_hat, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
+
+
 def reaching_curves(curves: Sequence[Curve]) -> list[tuple[Curve, float]]:
     """The curves that can test the prior, each with its reach rounded down to ``REACH_STEP``: at most
     ``MAX_TESTED``, the furthest-reaching first (ties: by name), in a deterministic order."""
@@ -104,7 +109,7 @@ def reaching_curves(curves: Sequence[Curve]) -> list[tuple[Curve, float]]:
         ok = np.isfinite(c.loss) & (c.loss > 0)
         if not ok.any():
             continue
-        reach = math.floor(min(float(np.max(c.t_hat[ok])), 1.0) / REACH_STEP + 1e-9) * REACH_STEP
+        reach = rounded_reach(float(np.max(c.t_hat[ok])))
         if reach >= MIN_REACH - 1e-9:
             out.append((c, round(reach, 6)))
     out.sort(key=lambda cr: (-cr[1], cr[0].run))

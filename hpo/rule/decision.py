@@ -823,7 +823,8 @@ def _paired(
     n_paired = 0
     log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
     early = fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9  # this trial's first judgements
-    ramping = fraction < warmup_end(schedule) - 1e-9  # its LR still warming up: other controls wait
+    warm_up = warmup_end(schedule)
+    ramping = fraction < warm_up - 1e-9  # its LR still warming up: other controls wait
     # Per common fraction f: the paired margin and its wording (the same for every competitor at f).
     paired_at: dict[float, tuple[float, str] | None] = {}
     lead_at: dict[float, float | None] = {}  # per f: the winners'-lead margin, or None (``lead_margin``)
@@ -915,7 +916,7 @@ def _paired(
                f"t_hat={onset:.3g} (tau)") if skipped else ""
     if warming:
         waiting += (f"; {len(warming)} with other controls not compared before this trial's warm-up ends at "
-                    f"t_hat={warmup_end(schedule):.3g}")
+                    f"t_hat={warm_up:.3g}")
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(

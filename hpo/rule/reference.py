@@ -52,10 +52,10 @@ from collapse_hpo.predictors.prior import (
     BUILTIN,
     MAX_TESTED,
     MIN_REACH,
-    REACH_STEP,
     load_prior,
     prior_for_sweep,
     reaching_curves,
+    rounded_reach,
 )
 from collapse_hpo.predictors.surrogate import Surrogate
 
@@ -170,7 +170,7 @@ def trial_reach(n_reports: int, last: float | None, total: float | None) -> floa
     report or no length."""
     if n_reports < 3 or last is None or not total:
         return None
-    return math.floor(min(last / total, 1.0) / REACH_STEP + 1e-9) * REACH_STEP
+    return rounded_reach(last / total)
 
 
 def reference_curves(

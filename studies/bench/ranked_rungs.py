@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 import frontier  # noqa: E402
 
-from collapse_hpo.hpo.replays.replay import Sweep  # noqa: E402
+from collapse_hpo.hpo.replays.replay import Sweep, spearman  # noqa: E402
 from collapse_hpo.predictors.predict import predict_final_loss  # noqa: E402
 
 FRACTIONS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
@@ -59,14 +59,6 @@ def predictions(sweep: Sweep, surrogate: object, k: int) -> np.ndarray:
         if pr.ok:
             out[i] = pr.final_loss
     return out
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3:
-        return math.nan
-    rx, ry = np.argsort(np.argsort(x[ok])), np.argsort(np.argsort(y[ok]))
-    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def rank_of(values: np.ndarray, i: int) -> int | None:

@@ -33,6 +33,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,12 +75,12 @@ class TrialMemo:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[TrialControls, dict[Any, list[Any]]] = {}  # by defaults, then trial id
+        self._entries: dict[TrialControls, dict[Any, _MemoEntry]] = {}  # by defaults, then trial id
         # the table of the defaults asked last, found by identity: the online reference asks with one
         # defaults object for every trial at every judgement, and hashing it each time was ~15% of the memo
-        self._last: tuple[TrialControls, dict[Any, list[Any]]] | None = None
+        self._last: tuple[TrialControls, dict[Any, _MemoEntry]] | None = None
 
-    def _table(self, defaults: TrialControls) -> dict[Any, list[Any]]:
+    def _table(self, defaults: TrialControls) -> dict[Any, _MemoEntry]:
         """The entries read with ``defaults`` (by trial id)."""
         last = self._last
         if last is not None and last[0] is defaults:
@@ -88,19 +89,18 @@ class TrialMemo:
         self._last = (defaults, table)
         return table
 
-    def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> list[Any]:
+    def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> _MemoEntry:
         trial_id = getattr(t, "_trial_id", None)
         fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
         table = self._table(defaults)
         hit = table.get(trial_id) if trial_id is not None else None
-        if hit is not None and hit[1] == fingerprint and (hit[0] is t or t.state.is_finished()):
+        if hit is not None and hit.fingerprint == fingerprint and (hit.trial is t or t.state.is_finished()):
             return hit
         try:
             controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
-        # t, fingerprint, controls, curve, last step, reach, reaching curves (the last four when first asked)
-        entry = [t, fingerprint, controls, _UNSET, _UNSET, _UNSET, _UNSET]
+        entry = _MemoEntry(t, fingerprint, controls)
         if trial_id is not None:
             if len(table) >= 100_000:
                 table.clear()
@@ -109,7 +109,7 @@ class TrialMemo:
 
     def controls(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> TrialControls:
         """``defaults.merged(t.user_attrs)``; raises its InputError."""
-        controls = self._entry(t, defaults)[2]
+        controls = self._entry(t, defaults).controls
         if isinstance(controls, InputError):
             raise controls
         return controls
@@ -117,22 +117,22 @@ class TrialMemo:
     def curve(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> Curve | None:
         """``trial_curve(t, defaults)``; raises its InputError."""
         entry = self._entry(t, defaults)
-        if entry[3] is _UNSET:
+        if entry.curve is _UNSET:
             try:
-                entry[3] = trial_curve(t, defaults)
+                entry.curve = trial_curve(t, defaults)
             except InputError as err:
-                entry[3] = err
-        if isinstance(entry[3], InputError):
-            raise entry[3]
-        return entry[3]
+                entry.curve = err
+        if isinstance(entry.curve, InputError):
+            raise entry.curve
+        return entry.curve
 
     def last_step(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> float | None:
         """The trial's last reported step (the pruner's sampler point left out); None without one."""
         entry = self._entry(t, defaults)
-        if entry[4] is _UNSET:
+        if entry.last_step is _UNSET:
             skip = t.user_attrs.get(SAMPLER_STEP_ATTR)
-            entry[4] = max((s for s in t.intermediate_values if s != skip), default=None)
-        return entry[4]
+            entry.last_step = max((s for s in t.intermediate_values if s != skip), default=None)
+        return entry.last_step
 
     def reach(
         self, t: optuna.trial.FrozenTrial, defaults: TrialControls
@@ -142,26 +142,42 @@ class TrialMemo:
         judgement (``_reaching``), and the reach depends only on what the entry holds (the controls, the
         count of reports and the last step)."""
         entry = self._entry(t, defaults)
-        if entry[5] is _UNSET:
-            controls = entry[2]
-            entry[5] = None if isinstance(controls, InputError) else trial_reach(
+        if entry.reach is _UNSET:
+            controls = entry.controls
+            entry.reach = None if isinstance(controls, InputError) else trial_reach(
                 len(t.intermediate_values), self.last_step(t, defaults), controls.total)
-        return entry[2], entry[5]
+        return entry.controls, entry.reach
 
     def reaching(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> list[tuple[Curve, float]]:
         """``predictors.prior.reaching_curves([curve])`` of the trial's curve ([] when it has none or its
         controls or curve do not parse): a function of the curve, which the entry holds."""
         entry = self._entry(t, defaults)
-        if entry[6] is _UNSET:
+        if entry.reaching is _UNSET:
             try:
                 c = self.curve(t, defaults)
             except InputError:
                 c = None
-            entry[6] = [] if c is None else reaching_curves([c])
-        return entry[6]
+            entry.reaching = [] if c is None else reaching_curves([c])
+        return entry.reaching
 
 
-_UNSET = object()
+_UNSET: Any = object()  # an entry's field not read yet (None is a value: "no last step", "no reach")
+
+
+@dataclass(slots=True)
+class _MemoEntry:
+    """What ``TrialMemo`` holds of one stored version of a trial: the trial object and its fingerprint (what
+    tells a stale entry), its controls (or why they do not parse), and four reads made when first asked
+    (``_UNSET`` until then): its curve (or the InputError building it raised), its last reported step, its
+    reach and its reaching curves."""
+
+    trial: Any
+    fingerprint: tuple[Any, ...]
+    controls: Any
+    curve: Any = _UNSET
+    last_step: Any = _UNSET
+    reach: Any = _UNSET
+    reaching: Any = _UNSET
 
 
 def trial_reach(n_reports: int, last: float | None, total: float | None) -> float | None:

@@ -378,7 +378,8 @@ def shape_key(surrogate: Surrogate) -> tuple[Any, ...]:
     window): two surrogates with equal keys align every curve alike (an online fit and the same fit tested on
     the sweep's curves, which only widens its bands)."""
     s = surrogate
-    return (s.b_c, s.b_e, s.q_c, s.q_e, s.eps1, s.eps2, s.m, s.tau_law, s.tpp_law, s.align, s.align_start)
+    return (s.b_c, s.b_e, s.q_c, s.q_e, s.eps1, s.eps2, s.m, s.tau_law, s.tpp_law, s.align, s.align_start,
+            s.no_decay_limit)
 
 
 def _aligned_cached(

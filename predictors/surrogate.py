@@ -210,6 +210,10 @@ class Surrogate:
         info: free-form notes from calibration (fit region, weighting, fit MAE, ...), kept in the JSON.
         scaling_law: the final-loss law L(N, D) fitted on the same reference runs (`collapse-hpo forecast`),
             or None (fewer than 3 sizes, no sizes given, or a file written before the law existed).
+        no_decay_limit: serve a run without weight decay (τ None: AdamW's timescale is infinite) with the τ
+            power law's limit τ → ∞, b = 0, when b_e < 0 (b falls as τ grows). False (the default): such a
+            run is refused unless the law is constant. Only a use that checks the shape on the run's own
+            curves should set it: the online reference's prior, tested on the sweep (predictors/prior.py).
     """
 
     b_c: float
@@ -230,8 +234,12 @@ class Surrogate:
     reference: dict[str, list[float]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     scaling_law: ScalingLaw | None = None
+    no_decay_limit: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.no_decay_limit, bool):
+            raise InputError(f"surrogate: field 'no_decay_limit' must be true or false, got "
+                             f"{self.no_decay_limit!r}")
         for name in ("b_c", "b_e", "q_c", "q_e", "eps1", "eps2", "m", "align_start"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
@@ -265,9 +273,12 @@ class Surrogate:
 
     # ------------------------------------------------------------------ the laws
     def b(self, tau: float | None) -> float:
-        """b(τ). Raises InputError when the τ law is a power law and the run has no weight decay (τ None)."""
+        """b(τ). A run without weight decay (τ None) under a power law gets the law's limit τ → ∞, 0, when
+        ``no_decay_limit`` is set and b_e < 0; otherwise it raises InputError."""
         if self.tau_law == "constant":
             return self.b_c
+        if (tau is None or tau == math.inf) and self.no_decay_limit and self.b_e < 0:
+            return 0.0
         if tau is None or not math.isfinite(tau):
             raise InputError("surrogate: b depends on τ (calibrated with weight decay) but this run has no "
                              "weight decay (tau empty); calibrate on runs without weight decay")
@@ -390,6 +401,8 @@ class Surrogate:
         d["reference"] = {k: list(v) for k, v in self.reference.items()}
         if self.scaling_law is None:
             d.pop("scaling_law")  # optional field: files without a law stay as they were
+        if not self.no_decay_limit:
+            d.pop("no_decay_limit")  # likewise: only a prior served to a sweep sets it
         return {"format": FORMAT, "version": FORMAT_VERSION, **d}
 
     @classmethod

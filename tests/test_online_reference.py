@@ -3,6 +3,7 @@ block a result (issue 20, item 5)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import warnings
@@ -22,6 +23,7 @@ from collapse_hpo.hpo.rule.reference import OnlineReference
 from collapse_hpo.hpo.sweep.config import load_sweep
 from collapse_hpo.hpo.sweep.trial import build_pruner
 from collapse_hpo.predictors.curves import read_curves_csv
+from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
@@ -33,14 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 
-def test_every_quickstart_prune_shows_a_prediction():
+@pytest.mark.parametrize("no_decay", [False, True], ids=["tau-held", "no-weight-decay"])
+def test_every_quickstart_prune_shows_a_prediction(no_decay):
     """The quickstart's own pruner (studies/quickstart.yaml: online reference, 3 trials before the first fit),
     fed a τ-held LR sweep of the project's trainer (the development curves) by 2 workers as the quickstart
     runs: every prune shows a predicted final loss and an interval around it, also those made before 3
-    trials completed."""
+    trials completed. ``no_decay``: the same curves told as trained without weight decay (τ empty), as a
+    `tau: null` sweep tells them: the prior serves them with its τ law's limit (BENCHMARKS §22)."""
     sweep_cfg = load_sweep(ROOT / "studies" / "quickstart.yaml")
     curves = [c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
               if c.run.startswith("lr_tau_s0_")][:8]
+    if no_decay:
+        curves = [dataclasses.replace(c, tau=None) for c in curves]
     sweep = make_sweep(curves, n_reports=25, name="quickstart-like")
     pruners: list[CollapsePruner] = []
 
@@ -186,19 +192,45 @@ def test_no_prior_means_no_prediction_before_the_first_fit(prior):
     assert surrogate is None and "need 3" in why and ref.prior is None
 
 
-def test_a_prior_that_cannot_predict_a_trial_steps_aside():
-    """The builtin prior's b follows a τ law: a trial without weight decay (τ None) cannot be predicted by it.
-    Served anyway, every judgement of such a trial would fail to predict and keep it, where the loss ratio of
-    equal-controls trials (which needs no surrogate) can judge it: the reference gives no surrogate, and says
-    why."""
+def _no_decay_study(n: int = 2) -> optuna.study.Study:
+    """A study of ``n`` running trials without weight decay (τ None), 8 reports each."""
     study = optuna.create_study()
-    for _ in range(2):
+    for _ in range(n):
         trial = study.ask()
         set_trial_controls(trial, total_tokens=TOTAL, schedule=Schedule(), tau=None, tpp=TPP)
         for i in range(1, 9):
             trial.report(3.0 - 0.1 * i, step=TOTAL * i // REPORTS)
+    return study
+
+
+def test_a_trial_without_weight_decay_is_served_by_the_priors_tau_limit():
+    """The builtin prior's b follows a falling τ power law (b_e < 0), fitted on runs with weight decay. A
+    trial without weight decay (τ infinite) is served with the law's limit, b = 0, and gets a prediction
+    before any trial completes, as trials with weight decay do (BENCHMARKS §22); the prior is tested on the
+    sweep's curves as for them (here on the 2 curves that reached t̂ 0.4)."""
+    builtin, _ = load_prior("builtin")
+    assert builtin.b_e < 0 and not builtin.no_decay_limit
+    with pytest.raises(InputError, match="no weight decay"):
+        builtin.b(None)  # the prior as loaded still refuses: only the online reference serves the limit
     ref = OnlineReference(min_trials=3, refit="inline")
-    surrogate, why = ref.get(study, reference_module.TrialControls())
+    surrogate, why = ref.get(_no_decay_study(), reference_module.TrialControls())
+    assert surrogate is not None, why
+    assert why.startswith("prior:builtin") and surrogate.b(None) == 0.0
+    assert surrogate.b(0.1) == pytest.approx(builtin.b(0.1))  # trials with weight decay: unchanged
+    t = np.linspace(0.05, 0.4, 8)
+    p = predict_final_loss(t, 3.0 - t, surrogate=surrogate, schedule=Schedule(), tau=None, tpp=TPP)
+    assert p.ok and 0 < p.final_loss < 3.0 - 0.4 and p.low < p.final_loss < p.high
+
+
+def test_a_prior_that_cannot_predict_a_trial_steps_aside():
+    """A prior whose b *rises* with τ (b_e > 0) has no finite limit for a trial without weight decay: served
+    anyway, every judgement of such a trial would fail to predict and keep it, where the loss ratio of
+    equal-controls trials (which needs no surrogate) can judge it: the reference gives no surrogate, and says
+    why."""
+    builtin, _ = load_prior("builtin")
+    rising = dataclasses.replace(builtin, b_e=abs(builtin.b_e))
+    ref = OnlineReference(min_trials=3, refit="inline", prior=rising)
+    surrogate, why = ref.get(_no_decay_study(), reference_module.TrialControls())
     assert surrogate is None and "need 3" in why and "cannot predict trial 0" in why
 
 

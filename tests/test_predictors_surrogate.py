@@ -35,6 +35,27 @@ def test_constant_laws_ignore_controls_and_power_law_needs_tau():
         S.b(math.inf)
 
 
+def test_no_decay_limit_serves_a_run_without_weight_decay_with_b_zero_only_for_a_falling_law(tmp_path):
+    """``no_decay_limit``: τ None (or ∞) gets the power law's limit τ → ∞, b = 0, when b_e < 0; a rising law
+    has no finite limit and still refuses; runs with weight decay are unchanged; the flag survives a save and
+    is left out of files that do not set it."""
+    falling = Surrogate(b_c=0.3, b_e=-0.2, q_c=0.9, q_e=0.0, tpp_law="constant", no_decay_limit=True)
+    assert falling.b(None) == 0.0 and falling.b(math.inf) == 0.0
+    assert falling.b(0.1) == pytest.approx(0.3 * 0.1**-0.2)
+    shape = falling.normalized(np.linspace(0.1, 1.0, 5), Schedule(), None, None)
+    assert np.all(np.isfinite(shape)) and shape[-1] == pytest.approx(1.0)
+    rising = Surrogate(b_c=0.3, b_e=0.2, q_c=0.9, q_e=0.0, tpp_law="constant", no_decay_limit=True)
+    with pytest.raises(InputError, match="no weight decay"):
+        rising.b(None)
+    p = tmp_path / "s.json"
+    falling.save(p)
+    assert json.loads(p.read_text())["no_decay_limit"] is True and Surrogate.load(p) == falling
+    Surrogate(b_c=0.3, b_e=-0.2, q_c=0.9, q_e=0.0).save(p)
+    assert "no_decay_limit" not in json.loads(p.read_text())
+    with pytest.raises(InputError, match="no_decay_limit"):
+        Surrogate(b_c=0.3, b_e=-0.2, q_c=0.9, q_e=0.0, no_decay_limit="yes")
+
+
 def test_save_load_round_trip(tmp_path):
     s = Surrogate(b_c=0.3, b_e=-0.2, q_c=0.9, q_e=0.05, m=0.07, align="log", align_start=0.25,
                   error_bands=[ErrorBand(0.2, 8, 0.001, 0.01, 0.02), ErrorBand(0.1, 8, 0.002, 0.03, 0.05)],

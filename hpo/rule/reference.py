@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -514,7 +514,11 @@ class OnlineReference:
                 raise InputError(
                     f"reference: 'prior' must be 'builtin', 'none' or a surrogate JSON path, got {prior!r}"
                 )
-            self._prior = load_prior(prior)
+            # A trial without weight decay gets the prior's τ law at its limit τ → ∞ (b → 0) instead of no
+            # prediction: the prior is tested on the sweep's own curves as they reach MIN_REACH
+            # (prior_for_sweep), which widens its intervals by its misses there (BENCHMARKS §22).
+            surrogate, name = load_prior(prior)
+            self._prior = (replace(surrogate, no_decay_limit=True), name)
         self._lock = threading.Lock()
         self._cache: dict[tuple[int, ...], Surrogate] = {}
         self._failed: dict[tuple[int, ...], str] = {}
@@ -653,8 +657,9 @@ class OnlineReference:
     ) -> tuple[Surrogate | None, str]:
         """The prior tested on the sweep's curves that reached ``MIN_REACH`` (cached while they did not move
         past another ``REACH_STEP``); (None, ``why`` and the reason) when the prior cannot predict one of the
-        sweep's trials (e.g. a τ law and a trial without weight decay): a surrogate that fails on a trial
-        would keep it where the loss ratio of equal-controls trials, which needs none, could judge it."""
+        sweep's trials (e.g. a τ law that rises with τ and a trial without weight decay, or a TPP law and a
+        trial without a TPP): a surrogate that fails on a trial would keep it where the loss ratio of
+        equal-controls trials, which needs none, could judge it."""
         assert self._prior is not None
         prior, name = self._prior
         candidates, unserved = _reaching(trials, defaults, prior, self._memo)

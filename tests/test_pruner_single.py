@@ -252,7 +252,7 @@ def test_online_reference_waits_for_completed_trials_then_prunes(db_dir):
     # A fresh reference (another worker, a restarted driver) fits the first completed trials up to the last
     # point of the refit schedule reached (3, 4, 6, 9, ...; one worker: they completed in number order) and
     # stores the fit ...
-    fresh, label = OnlineReference(min_trials=3, refit="inline").get(study, TrialControls())
+    fresh, label = OnlineReference(min_trials=3, prior="none", refit="inline").get(study, TrialControls())
     first = completed[: scheduled_count(len(completed), 3, REFIT_GROWTH)]
     assert label.split(";")[0] == "online:" + ",".join(map(str, first))
     curves, numbers = reference_curves([t for t in trials if t.number in first], TrialControls())
@@ -261,7 +261,8 @@ def test_online_reference_waits_for_completed_trials_then_prunes(db_dir):
     assert stored["trials"] == first
     assert Surrogate.from_dict(stored["surrogate"]).to_dict() == fit_surrogate(curves).to_dict()
     # ... which the next one reuses as it is.
-    again, again_label = OnlineReference(min_trials=3, refit="inline").get(study, TrialControls())
+    again, again_label = OnlineReference(min_trials=3, prior="none", refit="inline").get(study,
+                                                                                        TrialControls())
     assert again_label == label and again.to_dict() == fresh.to_dict()
 
 

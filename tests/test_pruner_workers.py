@@ -256,7 +256,9 @@ def test_workers_share_one_study(storage_url, surrogate_file, workers, per_worke
     else:
         # Inline refits: the workers' synthetic trials take milliseconds, so a fit in the background could
         # finish after the last judgement; the test is about the workers sharing one study.
-        config["reference"] = {"online": True, "min_trials": 3, "max_trials": 3, "refit": "inline"}
+        # No prior: the fit on 3 trials serves (with the builtin prior it would wait for 10 held-out runs).
+        config["reference"] = {"online": True, "min_trials": 3, "max_trials": 3, "refit": "inline",
+                               "prior": "none"}
     outs = [str(folder / f"{name}-w{i}.json") for i in range(workers)]
     t0 = time.perf_counter()
     procs = [_run(["worker", url, name, str(per_worker), str(i), json.dumps(config), outs[i]])

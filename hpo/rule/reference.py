@@ -9,7 +9,9 @@ Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
   is no surrogate (no pruning; the reason says so); afterwards the surrogate is refitted each time the count
   of completed trials reaches the next point of a geometric schedule (3, 4, 6, 9, 13, 19, ...:
   ``REFIT_GROWTH``), on the trials that completed first. Each fit is stored in the study's user attrs
-  (``collapse_reference``) so that other workers and a restarted driver reuse it instead of refitting.
+  (``collapse_reference``) so that other workers and a restarted driver reuse it instead of refitting. Its
+  prior (the builtin one by default) speaks before the first fit, and until a fit's error model stands on
+  ``decision.MARGIN_CAP_RUNS`` held-out runs (``_thin_fit``).
 
 A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)``. ``study`` is the
 sweep's Optuna study, or None where there is none (a Ray scheduler without a mirror): only an online
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collapse_hpo.hpo.rule.decision import MARGIN_CAP_RUNS
 from collapse_hpo.hpo.rule.record import (
     COMPLETE_T_HAT,
     SAMPLER_STEP_ATTR,
@@ -458,12 +461,16 @@ class OnlineReference:
         refit_growth: the refit schedule's growth factor (None: ``REFIT_GROWTH``, 1.5; at least 1): with
             ``min_trials`` 3 the fits use the first 3, 4, 6, 9, 13, 19, 28, 42, ... completed trials; 1 refits
             on every completion.
-        prior: the surrogate that speaks until the first online fit is ready: ``"builtin"`` (default:
+        prior: the surrogate that speaks until the first online fit is ready, and after it while the fit's
+            held-out error model stands on fewer than ``decision.MARGIN_CAP_RUNS`` (10) runs (``_thin_fit``:
+            a fit on a few trials can learn an error far too small): ``"builtin"`` (default:
             predictors/prior.py's ``BUILTIN_PRIOR``), a surrogate JSON path, a ``Surrogate``, or
-            ``"none"``/None (no prediction before the first fit; the equal-controls loss ratio needs none).
-            It is tested on the sweep's own curves (``predictors.prior.prior_for_sweep``): its interval widens
-            by how far the sweep's curves stray from its shape. Label ``prior:NAME`` (untested) or
-            ``prior:NAME;N@R,...`` (tested on trial N up to t̂ = R, ...).
+            ``"none"``/None (no prediction before the first fit, which then serves from ``min_trials`` on; the
+            equal-controls loss ratio needs none). It is tested on the sweep's own curves
+            (``predictors.prior.prior_for_sweep``): its interval widens by how far the sweep's curves stray
+            from its shape. A trial without weight decay gets its τ law's limit τ → ∞ (``Surrogate.
+            no_decay_limit``). Label ``prior:NAME`` (untested) or ``prior:NAME;N@R,...`` (tested on trial N
+            up to t̂ = R, ...).
         refit: ``"background"`` (default, live sweeps) or ``"inline"`` (replays).
 
     The refit schedule. A fit of a few more curves barely moves the collapse shape, but costs seconds (more
@@ -578,6 +585,11 @@ class OnlineReference:
                 if latest is not None:
                     surrogate, why = latest
             if surrogate is not None:
+                thin = _thin_fit(surrogate)
+                if thin is not None and self._prior is not None:
+                    served = self._tested_prior(trials, defaults, f"{why} {thin}")
+                    if served[0] is not None:
+                        return served
                 return self._tested_online(surrogate, why, trials, defaults)
         if self._prior is None:
             return None, why
@@ -678,6 +690,25 @@ class OnlineReference:
     def __repr__(self) -> str:
         return (f"OnlineReference(min_trials={self.min_trials}, max_trials={self.max_trials}, "
                 f"prior={self.prior!r}, refit={self.refit!r}, refit_growth={self.refit_growth:g})")
+
+
+def _thin_fit(fit: Surrogate) -> str | None:
+    """Why an online fit is not yet used while a prior can serve (None when it is): its held-out error model
+    stands on fewer than ``decision.MARGIN_CAP_RUNS`` runs at some fraction.
+
+    A band's scale learned from a handful of held-out runs can be far too small: on the random-config sweep
+    random_s0 a fit on 3 completed trials put the paired error at t̂ 0.4 at 0.6% where a fit on 6 others gave
+    10%, and fits on 3 and 6 trials cut the sweep's best trial (7–8% behind at t̂ 0.2–0.3, the best at the end)
+    in 2 of 10 orders (BENCHMARKS §23). The Student-t quantile widens a band for its count on average, not for
+    a scale that happens to come out small. The tested prior, whose scale stands on its own calibration
+    family and is widened by its misses on this sweep's curves, serves until then (when it cannot serve the
+    sweep, the fit does): the same count after which a reference's paired error may cap the margin
+    (``MARGIN_CAP_RUNS``, set before any measurement)."""
+    runs = min((b.n for b in fit.error_bands), default=0)
+    if runs >= MARGIN_CAP_RUNS:
+        return None
+    return (f"(its error model stands on {runs} held-out run(s), fewer than {MARGIN_CAP_RUNS}: the prior "
+            "serves until then)")
 
 
 def _fit_failed(key: tuple[int, ...], err: Exception) -> str:

@@ -170,7 +170,8 @@ class ReferenceSpec(_Strict):
       sweep file.
     - ``study: NAME`` with ``storage: URL``: another Optuna study (a calibration family).
     - ``online: true``: calibrate on this sweep's own first ``min_trials`` completed trials, refit (in the
-      background) as more finish (at most ``max_trials`` of them). Until then the ``prior`` speaks:
+      background) as more finish (at most ``max_trials`` of them). Until then, and until a fit's error model
+      stands on 10 held-out runs (``decision.MARGIN_CAP_RUNS``), the ``prior`` speaks:
       ``builtin`` (default), a surrogate JSON path (relative to the sweep file) or ``none``; it is tested on
       the sweep's own curves and its interval widens by their misses (predictors/prior.py). ``refit``:
       ``background`` (default: a judgement never waits for a fit, and which fit it uses depends on timing)

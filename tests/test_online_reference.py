@@ -382,10 +382,24 @@ def test_an_online_fit_serves_once_ten_held_out_runs_stand_behind_it_while_a_pri
     assert fit_label.startswith("online:0,1,2,3"), fit_label
     runs = min(b.n for b in fit.error_bands)
     assert runs < MARGIN_CAP_RUNS
-    why = reference_module._thin_fit(fit)
-    assert f"stands on {runs} held-out run(s), fewer than {MARGIN_CAP_RUNS}" in why
+    assert reference_module._thin_fit(fit)
     many = _completed_study(curves[:13])  # the schedule's fit on 13: 13 held-out runs
     surrogate, label = OnlineReference(min_trials=3, refit="inline").get(many, defaults)
     assert label.startswith("online:" + ",".join(map(str, range(13)))), label
     assert min(b.n for b in surrogate.error_bands) >= MARGIN_CAP_RUNS
-    assert reference_module._thin_fit(surrogate) is None
+    assert not reference_module._thin_fit(surrogate)
+
+
+def test_a_thin_fit_serves_when_the_prior_cannot_serve_the_sweep():
+    """A prior that cannot predict the sweep's trials (its b rises with τ: no limit for a trial without weight
+    decay) does not replace a thin fit: the fit serves from ``min_trials`` on, as without a prior."""
+    builtin, _ = load_prior("builtin")
+    rising = dataclasses.replace(builtin, b_e=abs(builtin.b_e))
+    curves = [dataclasses.replace(c, tau=None)
+              for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
+              if c.run.startswith("lr_tau_s0_")][:4]
+    study = _completed_study(curves)
+    fit, label = OnlineReference(min_trials=3, refit="inline", prior=rising).get(
+        study, reference_module.TrialControls())
+    assert fit is not None and label.startswith("online:0,1,2,3"), label
+    assert reference_module._thin_fit(fit)

@@ -585,9 +585,8 @@ class OnlineReference:
                 if latest is not None:
                     surrogate, why = latest
             if surrogate is not None:
-                thin = _thin_fit(surrogate)
-                if thin is not None and self._prior is not None:
-                    served = self._tested_prior(trials, defaults, f"{why} {thin}")
+                if self._prior is not None and _thin_fit(surrogate):
+                    served = self._tested_prior(trials, defaults, why)
                     if served[0] is not None:
                         return served
                 return self._tested_online(surrogate, why, trials, defaults)
@@ -692,9 +691,9 @@ class OnlineReference:
                 f"prior={self.prior!r}, refit={self.refit!r}, refit_growth={self.refit_growth:g})")
 
 
-def _thin_fit(fit: Surrogate) -> str | None:
-    """Why an online fit is not yet used while a prior can serve (None when it is): its held-out error model
-    stands on fewer than ``decision.MARGIN_CAP_RUNS`` runs at some fraction.
+def _thin_fit(fit: Surrogate) -> bool:
+    """Whether an online fit waits while a prior can serve: its held-out error model stands on fewer than
+    ``decision.MARGIN_CAP_RUNS`` runs at some fraction (or it has none).
 
     A band's scale learned from a handful of held-out runs can be far too small: on the random-config sweep
     random_s0 a fit on 3 completed trials put the paired error at t̂ 0.4 at 0.6% where a fit on 6 others gave
@@ -704,11 +703,7 @@ def _thin_fit(fit: Surrogate) -> str | None:
     family and is widened by its misses on this sweep's curves, serves until then (when it cannot serve the
     sweep, the fit does): the same count after which a reference's paired error may cap the margin
     (``MARGIN_CAP_RUNS``, set before any measurement)."""
-    runs = min((b.n for b in fit.error_bands), default=0)
-    if runs >= MARGIN_CAP_RUNS:
-        return None
-    return (f"(its error model stands on {runs} held-out run(s), fewer than {MARGIN_CAP_RUNS}: the prior "
-            "serves until then)")
+    return min((b.n for b in fit.error_bands), default=0) < MARGIN_CAP_RUNS
 
 
 def _fit_failed(key: tuple[int, ...], err: Exception) -> str:

@@ -1,0 +1,98 @@
+"""How far a trial that ends better trails one that ends worse at equal fractions, their controls equal.
+
+The rule compares trials with equal controls (τ, TPP, schedule) by their loss ratio at a common fraction t̂,
+from the collapse onset t̂ = τ on, with the whole ``margin`` (4%) at every t̂ (hpo/rule/decision.py). A margin
+that shrank as training goes on would prune the near-best trials earlier, which is where the τ-held sweeps and
+the quickstart spend most (BENCHMARKS §19, §20). It is safe only if curves of equal controls stop crossing:
+this script measures, per sweep and fraction, the largest log loss ratio by which a trial that ends *better*
+trails one that ends *worse* (over every such pair: "all pairs"), and the same for the sweep's best trial only
+("the best"), each with the rule's own window (``decision.loss_log_ratio`` over [max(t̂/2, τ), t̂]).
+
+Sweeps: the development τ-held LR and batch sweeps (25K, studies/bench/artifacts/dev25k), the 99K τ-held
+sweeps of §5, the quickstart's 12 trials and the tiny two-worker sweep (all in studies/bench/artifacts).
+
+Usage::
+
+    .venv/bin/python studies/bench/equal_controls_envelope.py [--out FILE]     # ≈ 5 s
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from collapse_hpo.hpo.rule.decision import collapse_onset, loss_log_ratio
+from collapse_hpo.predictors.curves import Curve, read_curves_csv
+
+ART = Path(__file__).resolve().parent / "artifacts"
+SWEEPS = {
+    "25K LR (dev)": "dev25k/curves_lr_tau.csv",
+    "25K batch (dev)": "dev25k/curves_bs_tau.csv",
+    "99K LR": "curves_lr_tau_full.csv",
+    "99K batch": "curves_bs_tau_full.csv",
+    "quickstart": "curves_quickstart.csv",
+    "tiny two-worker": "curves_tiny_two_workers.csv",
+}
+FRACTIONS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def by_seed(curves: list[Curve]) -> dict[str, list[Curve]]:
+    """One sweep per seed where run names end in _s<seed>_<k> (the §5 and development files), else one."""
+    out: dict[str, list[Curve]] = {}
+    for c in curves:
+        parts = c.run.rsplit("_", 1)
+        key = parts[0] if len(parts) == 2 and parts[1].isdigit() and "_s" in parts[0] else ""
+        out.setdefault(key, []).append(c)
+    return out
+
+
+def envelope(curves: list[Curve], f: float) -> tuple[float, float]:
+    """(all pairs, the best): the largest lead, as a log loss ratio at ``f``, of a trial that ends worse over
+    one that ends better; NaN before the collapse onset or without a pair."""
+    final = {c.run: c.final_loss for c in curves}
+    best = min(final, key=final.get)
+    onset = collapse_onset(curves[0].tau)
+    if f < onset:
+        return np.nan, np.nan
+    worst_all = worst_best = -np.inf
+    for a in curves:  # a ends better than b
+        for b in curves:
+            if final[a.run] >= final[b.run]:
+                continue
+            r = loss_log_ratio(a.t_hat, a.loss, b.t_hat, b.loss, f, 0.5, onset=onset)
+            if r is None:
+                continue
+            worst_all = max(worst_all, r)
+            if a.run == best:
+                worst_best = max(worst_best, r)
+    return (float(worst_all) if np.isfinite(worst_all) else np.nan,
+            float(worst_best) if np.isfinite(worst_best) else np.nan)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    args = ap.parse_args(argv)
+    head = "| sweep | trials | τ | pairs | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |"
+    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
+             "\"all\": every such pair, \"best\": over the sweep's best trial.", "", head,
+             "|" + "---|" * (4 + len(FRACTIONS))]
+    for name, rel in SWEEPS.items():
+        for seed, curves in by_seed(read_curves_csv(ART / rel)).items():
+            if len(curves) < 2:
+                continue
+            rows = [envelope(curves, f) for f in FRACTIONS]
+            label = f"{name} {seed.rsplit('_', 1)[-1]}" if seed else name
+            for k, what in enumerate(("all", "best")):
+                cells = " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
+                lines.append(f"| {label} | {len(curves)} | {curves[0].tau:.3g} | {what} | {cells} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -34,6 +34,12 @@ FAST_HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_ch
 #: RAY_raylet_start_wait_time_s config" (a fresh-clone run, 2026-12-05); the test is about losing a node, not
 #: about how fast one joins.
 SLOW_NODE_START = {"RAY_raylet_start_wait_time_s": "120"}
+#: How long ``wait_nodes`` waits by default: longer than a joining node's own registration wait, twice (it
+#: is started again once when it gives up, ``_check_alive``), plus slack. A shorter wait (90 s) ended a
+#: fresh-clone run (2026-12-05) with "only 1 of 2 Ray nodes came up" while the second node was still inside
+#: its 120 s registration wait, before it could give up and be started again. It returns as soon as the
+#: nodes are up.
+NODE_WAIT_S = 2 * float(SLOW_NODE_START["RAY_raylet_start_wait_time_s"]) + 30
 
 
 def free_port() -> int:
@@ -162,7 +168,7 @@ class LocalRayCluster:
         """`ray start --address=<head>` with ``num_cpus`` CPUs and the custom ``resources`` label."""
         return self._start(name, [f"--address={self.address}", f"--num-cpus={num_cpus}"], resources)
 
-    def wait_nodes(self, count: int, timeout: float = 90.0) -> list[dict[str, Any]]:
+    def wait_nodes(self, count: int, timeout: float = NODE_WAIT_S) -> list[dict[str, Any]]:
         """Wait until ``count`` nodes are alive; return them as ``{"id", "resources"}`` (a short-lived driver
         asks the cluster, so this process never joins it)."""
         code = (

@@ -36,10 +36,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from evidence import mpl_curves, qiu_chess_curves  # noqa: E402
+from shown_intervals import replay_prunes  # noqa: E402
 
 from collapse_hpo.hpo.replays import peers  # noqa: E402
 from collapse_hpo.hpo.replays.replay import make_sweep, random_orders, simulate  # noqa: E402
-from collapse_hpo.hpo.rule.record import read_log  # noqa: E402
 from collapse_hpo.predictors.curves import read_curves_csv  # noqa: E402
 from collapse_hpo.predictors.prior import load_prior, reaching_curves, shape_miss  # noqa: E402
 
@@ -104,7 +104,6 @@ def part_replay(md: list[str], extdata: Path, orders: int) -> None:
     tot = np.zeros(4)
     for sweep in sweeps(extdata):
         t0 = time.perf_counter()
-        index = {c.run: i for i, c in enumerate(sweep.curves)}
         comp, reg, cut = [], [], []
         prunes = shown = held = 0
         for k, order in enumerate(random_orders(sweep.n_trials, orders, seed=0)):
@@ -115,15 +114,12 @@ def part_replay(md: list[str], extdata: Path, orders: int) -> None:
             comp.append(r.compute)
             reg.append(r.relative_regret)
             cut.append(r.best_pruned)
-            for t in adapter.study.get_trials(deepcopy=False):
-                final = float(sweep.finals[index[t.user_attrs["run"]]])
-                for e in read_log(t.user_attrs):
-                    if not e.prune:
-                        continue
-                    prunes += 1
-                    if e.predicted_final_loss is not None and e.predicted_low is not None:
-                        shown += 1
-                        held += e.predicted_low <= final <= e.predicted_high
+            # shown: a predicted interval; held: it holds the final loss (online_reference.py's counts)
+            entries = replay_prunes(sweep, adapter, all_prunes=True)
+            prunes += len(entries)
+            shown_ones = [e for e in entries if e["after"][0] is not None]
+            shown += len(shown_ones)
+            held += sum(e["after"][0] <= e["final"] <= e["after"][1] for e in shown_ones)
         tot += (prunes, shown, held, 1)
         cov = f"{held / shown:.2f}" if shown else "–"
         share = f"{shown / prunes:.2f}" if prunes else "–"

@@ -171,21 +171,29 @@ def prune_entries(sweep: Sweep, pruner: str, surrogate, orders: int, *, all_prun
     """Every prune decision with a prediction in ``orders`` replays: the intervals before/after, the truth,
     the reference label. ``all_prunes``: also the prunes without a prediction (their intervals are None)."""
     out = []
-    index = {c.run: i for i, c in enumerate(sweep.curves)}
     for k, order in enumerate(random_orders(sweep.n_trials, orders, seed=0)):
         adapter = peers.factory(pruner, surrogate=surrogate)()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             simulate(sweep, adapter, order, workers=WORKERS, seed=k)
-        for t in adapter.study.get_trials(deepcopy=False):
-            final = float(sweep.finals[index[t.user_attrs["run"]]])
-            for e in read_log(t.user_attrs):
-                shown = e.predicted_final_loss is not None and e.rule_low is not None
-                if e.prune and (all_prunes or shown):
-                    out.append({"final": final, "before": (e.rule_low, e.rule_high),
-                                "after": (e.predicted_low, e.predicted_high), "misfit": e.misfit,
-                                "flagged": e.predicted_low != e.rule_low or e.predicted_high != e.rule_high,
-                                "t_hat": e.t_hat, "reference": e.reference})
+        out += replay_prunes(sweep, adapter, all_prunes=all_prunes)
+    return out
+
+
+def replay_prunes(sweep: Sweep, adapter: Any, *, all_prunes: bool = False) -> list[dict[str, Any]]:
+    """The prune decisions with a prediction of one finished replay of ``sweep`` (``adapter``: the replay's
+    ``peers.OptunaAdapter``, its study holding the decision logs), as ``prune_entries`` lists them."""
+    out = []
+    index = {c.run: i for i, c in enumerate(sweep.curves)}
+    for t in adapter.study.get_trials(deepcopy=False):
+        final = float(sweep.finals[index[t.user_attrs["run"]]])
+        for e in read_log(t.user_attrs):
+            shown = e.predicted_final_loss is not None and e.rule_low is not None
+            if e.prune and (all_prunes or shown):
+                out.append({"final": final, "before": (e.rule_low, e.rule_high),
+                            "after": (e.predicted_low, e.predicted_high), "misfit": e.misfit,
+                            "flagged": e.predicted_low != e.rule_low or e.predicted_high != e.rule_high,
+                            "t_hat": e.t_hat, "reference": e.reference})
     return out
 
 

@@ -13,6 +13,7 @@ from collapse_hpo.hpo.cli import main
 from collapse_hpo.hpo.replays import peers
 from collapse_hpo.hpo.replays.frontier import FrontierPoint, coverage, mark_frontiers, pareto, settings
 from collapse_hpo.hpo.replays.replay import make_sweep, replay
+from collapse_hpo.hpo.rule.decision import DEFAULT_MARGIN, PruneSettings
 from collapse_hpo.predictors.curves import write_curves_csv
 from collapse_hpo.predictors.surrogate import ErrorBand
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
@@ -54,10 +55,28 @@ def test_settings_are_every_combination_of_the_family_knobs():
         "sha[reduction_factor=4,min_resource=50]", "sha[reduction_factor=4,min_resource=250]",
     ]
     assert settings("collapse", SMALL)[0].label == "collapse[margin=0.01]"
-    # One home for the grids: every family the CLI knows has one; ours share one knob.
+    # One home for the grids: every family the CLI knows has one; ours share one grid: the pruner's one knob
+    # and, as the peers' first rung, where it starts judging; every value is a CollapsePruner setting.
     assert set(peers.FRONTIER_OURS) <= set(peers.FRONTIER_KNOBS)
-    assert len(peers.FRONTIER_KNOBS["collapse"]) == 1
+    assert set(peers.FRONTIER_KNOBS["collapse"]) == {"margin", "min_fraction"}
     assert peers.FRONTIER_KNOBS["collapse-online"] == peers.FRONTIER_KNOBS["collapse"]
+    assert PruneSettings().min_fraction in peers.FRONTIER_KNOBS["collapse"]["min_fraction"]
+    assert DEFAULT_MARGIN in peers.FRONTIER_KNOBS["collapse"]["margin"]
+
+
+def test_every_collapse_setting_of_the_grid_builds_a_pruner_with_those_settings():
+    # The labels name what the replay ran: each grid point's pruner carries exactly its margin and
+    # min_fraction (a knob silently dropped on the way to CollapsePruner would replay the default).
+    sweep = make_sweep(parallel_sweep(4))
+    grid = settings("collapse")
+    assert len(grid) == len(peers.FRONTIER_KNOBS["collapse"]["margin"]) * len(
+        peers.FRONTIER_KNOBS["collapse"]["min_fraction"])
+    for s in (grid[0], grid[-1]):
+        knobs = dict(s.knobs)
+        adapter = peers.frontier_factory("collapse", s.label, knobs, surrogate=TRUE_SURROGATE)()
+        rule = adapter.make_pruner(sweep).settings
+        assert (rule.margin, rule.min_fraction) == (knobs["margin"], knobs["min_fraction"])
+    assert settings("collapse")[0].label == "collapse[margin=0,min_fraction=0.06]"
 
 
 def test_cli_frontier_table_csv_plot_and_marks(tmp_path, capsys, monkeypatch):

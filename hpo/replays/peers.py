@@ -503,8 +503,12 @@ def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
 #: - top-k: k (trials continued) and the fraction of training where they are chosen;
 #: - conformal (surestop ConformalPruner): α, calibrated on the first max(5, n/4, ⌈1/α⌉) trials (fewer than
 #:   1/α − 1 calibration runs cannot certify any threshold at α);
-#: - collapse, collapse-online (ours): the pruner's one knob, a ``CollapsePruner`` setting (the entry's only
-#:   key is the setting's name; collapse-online shares collapse's grid).
+#: - collapse, collapse-online (ours): the pruner's one knob (``margin``) and, as the peers' first rung, the
+#:   fraction of training where it starts judging (``min_fraction``; both ``CollapsePruner`` settings, the
+#:   keys their names; collapse-online shares collapse's grid). ``min_fraction`` was added after the first
+#:   frontiers (BENCHMARKS §25): 0.02 and 0.05 were tried first on random_s0 and never let the early loss
+#:   ratio act (a prune carries a prediction, which needs 3 reports in [t̂/2, t̂]: with a report every 2% the
+#:   first is at t̂ 0.08, past the early window 1.5 × min_fraction), so the grid starts at 0.06.
 FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "sha": {"reduction_factor": (2, 3, 4), "min_resource": (20, 50, 100, 250)},
     "asha": {"reduction_factor": (2, 3, 4), "grace_period": (20, 50, 100, 250)},
@@ -512,7 +516,10 @@ FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "percentile": {"percentile": (10.0, 25.0, 50.0, 75.0), "n_warmup_steps": (0, 100, 250, 500)},
     "top-k": {"k": (1, 2, 3, 5, 10), "fraction": (0.05, 0.1, 0.25, 0.5)},
     "conformal": {"alpha": (0.02, 0.05, 0.1, 0.2, 0.3)},
-    "collapse": {"margin": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)},
+    "collapse": {
+        "margin": (0.0, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16),
+        "min_fraction": (0.06, 0.08, 0.1),
+    },
 }
 FRONTIER_KNOBS["collapse-online"] = FRONTIER_KNOBS["collapse"]
 

@@ -507,8 +507,9 @@ def factory(name: str, *, surrogate: Any = None) -> PrunerFactory:
 #:   fraction of training where it starts judging (``min_fraction``; both ``CollapsePruner`` settings, the
 #:   keys their names; collapse-online shares collapse's grid). ``min_fraction`` was added after the first
 #:   frontiers (BENCHMARKS §25): 0.02 and 0.05 were tried first on random_s0 and never let the early loss
-#:   ratio act (a prune carries a prediction, which needs 3 reports in [t̂/2, t̂]: with a report every 2% the
-#:   first is at t̂ 0.08, past the early window 1.5 × min_fraction), so the grid starts at 0.06.
+#:   ratio act (a prune carries a prediction, which needs 3 reports in [t̂/2, t̂]: on that sweep's grid of a
+#:   report every 2% from t̂ 0.014 the first is at t̂ 0.094, past the early window 1.5 × min_fraction), so the
+#:   grid starts at 0.06 (still past it there, not on denser grids or surestop_lora's).
 FRONTIER_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "sha": {"reduction_factor": (2, 3, 4), "min_resource": (20, 50, 100, 250)},
     "asha": {"reduction_factor": (2, 3, 4), "grace_period": (20, 50, 100, 250)},

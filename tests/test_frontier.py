@@ -76,7 +76,7 @@ def test_every_collapse_setting_of_the_grid_builds_a_pruner_with_those_settings(
         adapter = peers.frontier_factory("collapse", s.label, knobs, surrogate=TRUE_SURROGATE)()
         rule = adapter.make_pruner(sweep).settings
         assert (rule.margin, rule.min_fraction) == (knobs["margin"], knobs["min_fraction"])
-    assert settings("collapse")[0].label == "collapse[margin=0,min_fraction=0.06]"
+    assert grid[0].label == "collapse[margin=0,min_fraction=0.06]"
 
 
 def test_cli_frontier_table_csv_plot_and_marks(tmp_path, capsys, monkeypatch):

@@ -28,6 +28,7 @@ from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
+from collapse_hpo.predictors.surrogate import Surrogate
 from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -207,6 +208,13 @@ def _no_decay_study(n: int = 2) -> optuna.study.Study:
     return study
 
 
+def _rising_prior() -> Surrogate:
+    """The builtin prior with its τ law turned to rise with τ (b_e > 0): no finite limit for a trial without
+    weight decay, so it cannot serve one."""
+    builtin, _ = load_prior("builtin")
+    return dataclasses.replace(builtin, b_e=abs(builtin.b_e))
+
+
 def test_a_trial_without_weight_decay_is_served_by_the_priors_tau_limit():
     """The builtin prior's b follows a falling τ power law (b_e < 0), fitted on runs with weight decay. A
     trial without weight decay (τ infinite) is served with the law's limit, b = 0, and gets a prediction
@@ -231,9 +239,7 @@ def test_a_prior_that_cannot_predict_a_trial_steps_aside():
     anyway, every judgement of such a trial would fail to predict and keep it, where the loss ratio of
     equal-controls trials (which needs no surrogate) can judge it: the reference gives no surrogate, and says
     why."""
-    builtin, _ = load_prior("builtin")
-    rising = dataclasses.replace(builtin, b_e=abs(builtin.b_e))
-    ref = OnlineReference(min_trials=3, refit="inline", prior=rising)
+    ref = OnlineReference(min_trials=3, refit="inline", prior=_rising_prior())
     surrogate, why = ref.get(_no_decay_study(), reference_module.TrialControls())
     assert surrogate is None and "need 3" in why and "cannot predict trial 0" in why
 
@@ -393,13 +399,11 @@ def test_an_online_fit_serves_once_ten_held_out_runs_stand_behind_it_while_a_pri
 def test_a_thin_fit_serves_when_the_prior_cannot_serve_the_sweep():
     """A prior that cannot predict the sweep's trials (its b rises with τ: no limit for a trial without weight
     decay) does not replace a thin fit: the fit serves from ``min_trials`` on, as without a prior."""
-    builtin, _ = load_prior("builtin")
-    rising = dataclasses.replace(builtin, b_e=abs(builtin.b_e))
     curves = [dataclasses.replace(c, tau=None)
               for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
               if c.run.startswith("lr_tau_s0_")][:4]
     study = _completed_study(curves)
-    fit, label = OnlineReference(min_trials=3, refit="inline", prior=rising).get(
+    fit, label = OnlineReference(min_trials=3, refit="inline", prior=_rising_prior()).get(
         study, reference_module.TrialControls())
     assert fit is not None and label.startswith("online:0,1,2,3"), label
     assert reference_module._thin_fit(fit)

@@ -39,7 +39,7 @@ from evidence import mpl_curves, qiu_chess_curves  # noqa: E402
 from shown_intervals import replay_prunes  # noqa: E402
 
 from collapse_hpo.hpo.replays import peers  # noqa: E402
-from collapse_hpo.hpo.replays.replay import make_sweep, random_orders, simulate  # noqa: E402
+from collapse_hpo.hpo.replays.replay import make_sweep, random_orders, simulate, summarize  # noqa: E402
 from collapse_hpo.predictors.curves import read_curves_csv  # noqa: E402
 from collapse_hpo.predictors.prior import load_prior, reaching_curves, shape_miss  # noqa: E402
 
@@ -101,32 +101,30 @@ def part_replay(md: list[str], extdata: Path, orders: int) -> None:
            "compute weighted by each trial's FLOPs; mpl_luo2025: 4 schedules per size, τ not recorded.", "",
            "| sweep | compute | mean regret | best cut | prunes | with a prediction | shown interval holds "
            "the final |", "|---|---:|---:|---:|---:|---:|---:|"]
-    tot = np.zeros(4)
+    tot = np.zeros(3)  # prunes, shown, held over every sweep
     for sweep in sweeps(extdata):
         t0 = time.perf_counter()
-        comp, reg, cut = [], [], []
+        results = []
         prunes = shown = held = 0
         for k, order in enumerate(random_orders(sweep.n_trials, orders, seed=0)):
             adapter = peers.factory("collapse-online")()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                r = simulate(sweep, adapter, order, workers=WORKERS, seed=k)
-            comp.append(r.compute)
-            reg.append(r.relative_regret)
-            cut.append(r.best_pruned)
+                results.append(simulate(sweep, adapter, order, workers=WORKERS, seed=k))
             # shown: a predicted interval; held: it holds the final loss (online_reference.py's counts)
             entries = replay_prunes(sweep, adapter, all_prunes=True)
             prunes += len(entries)
             shown_ones = [e for e in entries if e["after"][0] is not None]
             shown += len(shown_ones)
             held += sum(e["after"][0] <= e["final"] <= e["after"][1] for e in shown_ones)
-        tot += (prunes, shown, held, 1)
+        tot += (prunes, shown, held)
+        s = summarize(sweep, results)
         cov = f"{held / shown:.2f}" if shown else "–"
         share = f"{shown / prunes:.2f}" if prunes else "–"
-        md.append(f"| {sweep.name} | {np.mean(comp):.3f} | {100 * np.mean(reg):.3f}% | "
-                  f"{np.mean(cut):.2f} | {prunes} | {share} | {cov} |")
+        md.append(f"| {sweep.name} | {s.compute:.3f} | {100 * s.relative_regret:.3f}% | "
+                  f"{s.best_pruned_rate:.2f} | {prunes} | {share} | {cov} |")
         log(f"{md[-1]}   ({time.perf_counter() - t0:.0f} s)")
-    p, s, h, _ = tot
+    p, s, h = tot
     md += [f"| **all** | | | | {int(p)} | {s / p if p else math.nan:.2f} | "
            f"{h / s if s else math.nan:.2f} |", ""]
     log(md[-2])

@@ -269,7 +269,7 @@ def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, db
         return real_fit(curves)
 
     monkeypatch.setattr(reference_module, "_fit", slow_fit)
-    s = CollapseScheduler(reference={"online": True, "min_trials": 2}, tau=TAU, tpp=TPP,
+    s = CollapseScheduler(reference={"online": True, "min_trials": 2, "prior": "none"}, tau=TAU, tpp=TPP,
                           storage=f"sqlite:///{db_dir / 'mirror.db'}", study_name="tune",
                           state_path=tmp_path / "state.json")
     assert s.set_search_properties(None, None)
@@ -407,3 +407,28 @@ def test_a_thin_fit_serves_when_the_prior_cannot_serve_the_sweep():
         study, reference_module.TrialControls())
     assert fit is not None and label.startswith("online:0,1,2,3"), label
     assert reference_module._thin_fit(fit)
+
+
+def test_no_fit_is_made_on_fewer_than_ten_completed_trials_while_the_prior_serves(monkeypatch):
+    """A fit on fewer than ``MARGIN_CAP_RUNS`` completed trials is thin by construction (its bands stand on at
+    most that many held-out runs), so while the prior serves it is not made: the same surrogate and label as
+    fitting it and setting it aside, without the seconds of CPU (in a live sweep, taken from training)."""
+    real_fit = reference_module._fit
+    fits: list[int] = []
+
+    def counting(curves):
+        fits.append(len(curves))
+        return real_fit(curves)
+
+    monkeypatch.setattr(reference_module, "_fit", counting)
+    curves = read_curves_csv(ROOT / "studies/bench/artifacts/curves_random_s0.csv")
+    defaults = reference_module.TrialControls()
+    nine = _completed_study(curves[:9])  # the schedule's fit on 9: thin
+    surrogate, label = OnlineReference(min_trials=3, refit="inline").get(nine, defaults)
+    assert surrogate is not None and label.startswith("prior:builtin"), label
+    assert fits == []
+    assert reference_module.STUDY_REFERENCE_ATTR not in nine.user_attrs  # no fit stored for other workers
+    _, label = OnlineReference(min_trials=3, prior="none", refit="inline").get(nine, defaults)
+    assert fits == [9] and label.startswith("online:"), label  # without a prior, the fit serves
+    _, label = OnlineReference(min_trials=3, refit="inline").get(_completed_study(curves[:13]), defaults)
+    assert fits == [9, 13] and label.startswith("online:"), label

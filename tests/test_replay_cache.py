@@ -185,7 +185,8 @@ def test_online_fits_are_shared_across_replays_of_the_same_completions(monkeypat
     monkeypatch.setattr(reference, "_fit", counting)
     sweep = make_sweep(tau_sweep())
     order = random_orders(sweep.n_trials, 1, seed=2)[0]
-    make = peers.factory("collapse-online")
+    # no prior: with one, a fit on fewer than 10 completed trials is never made (the prior serves)
+    make = peers.collapse_factory("collapse-online", {**peers.ONLINE_REPLAY, "prior": "none"})
     caches = ReplayCaches.new()
     with caches.active():
         first = simulate(sweep, make(), order, workers=3)

@@ -252,7 +252,7 @@ def _objective(trial: optuna.trial.Trial) -> float:
 def test_collapse_pruner_with_tpp_none_calibrates_online_and_prunes():
     # Inline refits: the test reads the fitted surrogate right after optimize(); a background refit may
     # still be running then (a sweep-timing race, not what this test is about).
-    pruner = CollapsePruner(reference={"online": True, "min_trials": 3, "refit": "inline"},
+    pruner = CollapsePruner(reference={"online": True, "min_trials": 3, "refit": "inline", "prior": "none"},
                             total_tokens=TOTAL, tpp=None,
                             min_fraction=0.2)
     study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))

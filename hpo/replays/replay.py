@@ -28,8 +28,9 @@ orders (``ReplayCaches``: every final-loss prediction, keyed by its inputs, and 
 keyed by the curves fitted); ``jobs`` spreads the (pruner, order) replays over worker processes. Both are
 exact: the decisions are those of the plain path (tests/test_replay_cache.py). The online reference is
 refitted where the live pruner refits it (it is the live pruner): when the count of completed trials has
-reached the next point of its refit schedule (3, 4, 6, 9, 13, ...: hpo/rule/reference.py ``REFIT_GROWTH``) at
-a judgement. The trials fitted differ from order to order, so its fits are rarely shared.
+reached the next point of its refit schedule (3, 4, 6, 9, 13, ...: hpo/rule/reference.py ``REFIT_GROWTH``;
+with its prior serving, from 13 on: fewer trials make a thin fit) at a judgement. The trials fitted differ
+from order to order, so its fits are rarely shared.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Three kinds of reference (``make_reference`` builds one from a YAML-style spec):
   ``REFIT_GROWTH``), on the trials that completed first. Each fit is stored in the study's user attrs
   (``collapse_reference``) so that other workers and a restarted driver reuse it instead of refitting. Its
   prior (the builtin one by default) speaks before the first fit, and until a fit's error model stands on
-  ``decision.MARGIN_CAP_RUNS`` held-out runs (``_thin_fit``).
+  ``decision.MARGIN_CAP_RUNS`` held-out runs (``_thin_fit``); while the prior can serve, no fit is made on
+  fewer completed trials than that (such a fit is thin by construction).
 
 A reference answers ``get(study, defaults, trials=None) -> (surrogate or None, label)``. ``study`` is the
 sweep's Optuna study, or None where there is none (a Ray scheduler without a mirror): only an online
@@ -463,7 +464,8 @@ class OnlineReference:
             on every completion.
         prior: the surrogate that speaks until the first online fit is ready, and after it while the fit's
             held-out error model stands on fewer than ``decision.MARGIN_CAP_RUNS`` (10) runs (``_thin_fit``:
-            a fit on a few trials can learn an error far too small): ``"builtin"`` (default:
+            a fit on a few trials can learn an error far too small; while the prior can serve, no fit is made
+            on fewer than 10 completed trials): ``"builtin"`` (default:
             predictors/prior.py's ``BUILTIN_PRIOR``), a surrogate JSON path, a ``Surrogate``, or
             ``"none"``/None (no prediction before the first fit, which then serves from ``min_trials`` on; the
             equal-controls loss ratio needs none). It is tested on the sweep's own curves
@@ -577,6 +579,13 @@ class OnlineReference:
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "
                 "before pruning starts (counted: COMPLETE, with a total and a clean full curve)"
             )
+        elif self._prior is not None and len(curves) < MARGIN_CAP_RUNS and (
+            served := self._tested_prior(trials, defaults, f"online calibration: {len(curves)} trials")
+        )[0] is not None:
+            # A fit on fewer than MARGIN_CAP_RUNS curves is thin by construction (its error bands stand on
+            # at most that many held-out runs), so the prior it would wait for serves: no fit is made. The
+            # same decisions as fitting and setting the fit aside, without seconds of CPU per fit.
+            return served
         else:
             surrogate, why = self._online(study, curves, tuple(numbers))
             if surrogate is None:

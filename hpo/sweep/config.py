@@ -178,7 +178,8 @@ class ReferenceSpec(_Strict):
       or ``inline`` (the fit runs in the judgement that first sees the new set of completed trials: seconds
       of waiting, and every decision a function of the trials alone, e.g. a resumed one-worker sweep decides
       exactly as the uninterrupted one). ``refit_growth`` (≥ 1, default 1.5): the refit schedule, a fit each
-      time the count of completed trials reaches 3, 4, 6, 9, 13, ... (1: on every completion).
+      time the count of completed trials reaches 3, 4, 6, 9, 13, ... (1: on every completion); while the
+      prior serves, none before 10 (a fit on fewer is thin: the prior would serve anyway).
     Same keys as `collapse_hpo.hpo.rule.reference.make_reference`.
     """
 

@@ -7,9 +7,12 @@ ratio's window and the number of judgements both follow the density. This replay
 reference ``frontier.py`` gives each sweep) and ``collapse-online`` at their defaults on each sweep twice —
 resampled to 50 reports and at the sweep's median report count (``make_sweep``'s default) — over the same 10
 orders with 4 workers, and prints compute / mean regret / share of orders with the best cut. surestop_lora is
-left out: its native grid is the 50 evaluations the frontier uses. About 1 minute on the 2-core machine.
+left out: its native grid is the 50 evaluations the frontier uses. ``--family dev`` replays the 25K
+development sweeps of ``pruning_rule.py`` (τ-held and λ-fixed, LR and batch, two seeds each: where §6 chose
+the margin) with that script's reference, calibrated on the development set's collapse family, 20 orders as
+there. About 1 minute per part on the 2-core machine.
 
-    nice -n 5 .venv/bin/python studies/bench/report_density.py [--family lambda ...]
+    nice -n 5 .venv/bin/python studies/bench/report_density.py [--family lambda ...] [--family dev]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collapse_hpo.hpo.replays import peers
 from collapse_hpo.hpo.replays.replay import make_sweep, replay
 
 FAMILIES = ("tau", "lambda", "random", "quickstart")
+DEV_ORDERS = 20  # pruning_rule.py's orders
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,24 +37,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--family", action="append", choices=FAMILIES)
+    ap.add_argument("--family", action="append", choices=(*FAMILIES, "dev"))
     args = ap.parse_args(argv)
     args.family = args.family or list(FAMILIES)
     args.quickstart, args.quickstart_reference = str(frontier.ART / "curves_quickstart.csv"), None
     print("| family | sweep | reports | collapse: compute / mean regret / best cut | collapse-online |")
     print("|---|---|---:|---|---|")
-    for fam in frontier.load_families(args):
-        for resampled, reference in zip(fam.sweeps, fam.surrogates):
+    groups = [(fam.name, fam.sweeps, fam.surrogates, args.orders)
+              for fam in (frontier.load_families(args) if set(args.family) - {"dev"} else [])]
+    if "dev" in args.family:
+        import pruning_rule
+
+        reference, _ = pruning_rule.reference(pruning_rule.DEV)
+        sweeps = [s for f in pruning_rule.FAMILIES for s in pruning_rule.sweeps(pruning_rule.DEV, f)]
+        groups.append(("development (25K)", sweeps, [reference] * len(sweeps), DEV_ORDERS))
+    for name, resampled_sweeps, references, orders in groups:
+        for resampled, reference in zip(resampled_sweeps, references):
             ours = (peers.factory("collapse", surrogate=reference), peers.factory("collapse-online"))
             for sweep in (resampled, make_sweep(resampled.curves, name=resampled.name)):
                 cells = []
                 for factory in ours:
-                    s = replay(sweep, [factory], orders=args.orders, workers=args.workers,
-                               jobs=args.jobs)[0][0]
+                    s = replay(sweep, [factory], orders=orders, workers=args.workers, jobs=args.jobs)[0][0]
                     cells.append(f"{s.compute:.3f} / {100 * s.relative_regret:.2f}% / "
-                                 f"{s.best_pruned_rate:.1f}")
-                print(f"| {fam.name} | {sweep.name} | {sweep.grid.size} | {cells[0]} | {cells[1]} |",
-                      flush=True)
+                                 f"{s.best_pruned_rate:.2f}")
+                print(f"| {name} | {sweep.name} | {sweep.grid.size} | {cells[0]} | {cells[1]} |", flush=True)
 
 if __name__ == "__main__":
     main()

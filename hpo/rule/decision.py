@@ -70,6 +70,16 @@ margin is ``sweep_margin``: ``margin``, capped at ``MARGIN_CAP`` × the referenc
 fraction (a fine-tuning sweep whose runs end within 1% of each other needs no 4% lead). The reason states
 the trial's predicted final loss, the competitor's on the same scale, its lead and the margin.
 
+A competitor with a *shorter* AdamW timescale than the trial (smaller τ; a trial without weight decay has
+the longest) forgets the initialization sooner, so early on it leads by more than it will end ahead (on LR and
+batch sweeps at fixed λ the eventual best trailed such a run by 4–10% at t̂ 0.1 and by 0–3% at 0.15;
+BENCHMARKS §30). Two things follow. The early loss ratio against it is read where its trend leads when the
+trial is catching up: off the line through the log-ratio over the window, at ``EARLY_PROJECTION`` × f, never
+above the window's mean (a gap that widens is judged by its mean, as against any other competitor). And
+while it is still in the early window (f ≤ ``EARLY_JUDGEMENT`` × ``min_fraction``) it does not compete with a
+trial ahead of it by paired predictions: from t̂ 0.11 the reference over-rated such runs by 9–11%; it competes
+once past the window.
+
 After a trial's first judgements, a competitor with other controls is compared by the loss ratio instead of
 the paired predictions where the reference's *winners' lead* allows it (``lead_margin``): the
 reference's ``lead_bands`` say how far, at each fraction, a run that ended worse ever led one of its best
@@ -178,6 +188,18 @@ MARGIN_CAP_RUNS = 10
 #: drift is the trial's own and the comparison is the one at f unchanged. AHEAD_WITNESSES bounds the cost
 #: only (two memoized predictions per witness and fraction); it was set before any measurement, never tuned.
 AHEAD_WITNESSES = 8
+
+#: The early loss ratio against a competitor with a *shorter* AdamW timescale (smaller τ = B/(ηλD): a larger
+#: LR or a smaller batch at the same λ) is read where its trend leads when the trial is catching up: the line
+#: through the log-ratio over the window [f/2, f], at EARLY_PROJECTION × f, whenever that is below the
+#: window's mean (``early_log_ratio``). Such a competitor forgets the initialization sooner (its share of the
+#: loss decays as e^(−2t̂/τ), METHOD.md §5), so it leads early by more than it ends ahead, and its lead
+#: shrinks while the slower trial's initialization fades: on LR and batch sweeps at fixed λ the eventual best
+#: trailed a faster competitor by 4–10% at t̂ 0.1 and by 0–3% at 0.15 (BENCHMARKS §30). 1.5 was chosen on the
+#: 25K development set's λ-fixed sweeps as the smallest of 1.0, 1.25 and 1.5 that kept every best in 20 orders
+#: at both report densities; the 99K λ-fixed, random-config, τ-held, quickstart and surestop_lora sweeps are
+#: out of sample.
+EARLY_PROJECTION = 1.5
 
 
 def sweep_margin(settings: PruneSettings, surrogate: Surrogate | None) -> float:
@@ -711,8 +733,13 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
 def loss_log_ratio(
     t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
     log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None, onset: float = 0.0,
+    project: float | None = None,
 ) -> float | None:
     """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [max(align_start · f, onset), f].
+
+    ``project``: a t̂ at which to read the log-ratio off its least-squares line over the window instead, when
+    that line falls (the trial catching up) and has 3 points or more; never above the mean
+    (``_closing_projection``; the early loss ratio against a faster competitor, ``EARLY_PROJECTION``).
 
     Both curves are sorted by t̂ and hold valid points only; the competitor's log-loss is interpolated at the
     trial's points in the window (the window is clipped to where both curves have points). Returns None when
@@ -729,7 +756,31 @@ def loss_log_ratio(
         i0 = i1 - 1
     theirs = np.interp(t[i0:i1], ct, np.log(cy) if log_cy is None else log_cy)
     mine = np.log(y[i0:i1]) if log_y is None else log_y[i0:i1]
-    return float(np.mean(mine - theirs))
+    if project is None:
+        return float(np.mean(mine - theirs))
+    return _closing_projection(t[i0:i1], mine - theirs, project)
+
+
+def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
+    """The log loss ratio ``gap`` (trial over competitor, at the trial's points ``t``) read at t̂ = ``at`` off
+    its least-squares line when the line falls (the trial catching up), else its mean: never above the mean,
+    so a trial falling further behind is judged as by the mean. Fewer than 3 points: the mean."""
+    mean = float(np.mean(gap))
+    if gap.size < 3:
+        return mean
+    tc = t - float(np.mean(t))
+    spread = float(np.dot(tc, tc))
+    if spread <= 0.0:
+        return mean
+    slope = float(np.dot(tc, gap - mean)) / spread
+    return mean + min(slope, 0.0) * (at - float(np.mean(t)))
+
+
+def faster_timescale(tau: float | None, other: float | None) -> bool:
+    """Whether a competitor's AdamW timescale ``other`` is shorter than the trial's ``tau`` (None: no weight
+    decay, an infinite timescale). A faster competitor leads early by more than it ends ahead
+    (``EARLY_PROJECTION``)."""
+    return (math.inf if other is None else other) < (math.inf if tau is None else tau)
 
 
 #: The alignments behind the paired comparison's predictions from a curve's points up to a fraction,
@@ -822,7 +873,8 @@ def _paired(
     theirs_final, used_margin = math.nan, 0.0
     n_paired = 0
     log_y: np.ndarray | None = None  # log(y), made at the first competitor with equal controls
-    early = fraction <= EARLY_JUDGEMENT * settings.min_fraction + 1e-9  # this trial's first judgements
+    early_end = EARLY_JUDGEMENT * settings.min_fraction + 1e-9
+    early = fraction <= early_end  # this trial's first judgements
     warm_up = warmup_end(schedule)
     ramping = fraction < warm_up - 1e-9  # its LR still warming up: other controls wait
     # Per common fraction f: the paired margin and its wording (the same for every competitor at f).
@@ -839,6 +891,7 @@ def _paired(
     onset = collapse_onset(tau)  # equal controls: loss ratios from here on (``collapse_onset``)
     skipped: set[int] = set()  # equal-controls competitors before the onset: they do not compete here
     warming: set[int] = set()  # other controls while this trial warms up: they do not compete either
+    fresh: set[int] = set()  # faster competitors in the early window, this trial ahead: they wait
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -865,9 +918,13 @@ def _paired(
                 elif early:
                     if log_y is None:
                         log_y = np.log(y)
+                    faster = faster_timescale(tau, c.tau)
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
-                                               log_cy=c.log_loss())
+                                               log_cy=c.log_loss(),
+                                               project=EARLY_PROJECTION * f if faster else None)
                     how = f"early loss ratio at t_hat={f:.3g}"
+                    if faster:
+                        how += f", a faster tau: a closing gap read at t_hat={EARLY_PROJECTION * f:.3g}"
                 elif (lead := lead_for(f)) is not None:
                     if log_y is None:
                         log_y = np.log(y)
@@ -877,6 +934,11 @@ def _paired(
                     how = f"loss ratio at t_hat={f:.3g}, the reference's winners' lead"
                 elif ramping:  # during its warm-up: no paired prediction with other controls
                     warming.add(i)
+                    continue
+                elif f <= early_end and faster_timescale(tau, c.tau):
+                    # A faster competitor still in the early window, this trial ahead of it: its paired
+                    # prediction from there over-rates it (module docstring); it competes once past it.
+                    fresh.add(i)
                     continue
                 elif surrogate is not None and surrogate.pair_bands:
                     if f not in paired_at:
@@ -917,6 +979,9 @@ def _paired(
     if warming:
         waiting += (f"; {len(warming)} with other controls not compared before this trial's warm-up ends at "
                     f"t_hat={warm_up:.3g}")
+    if fresh:
+        waiting += (f"; {len(fresh)} with a shorter timescale (tau) not compared by predictions before "
+                    f"t_hat={early_end:.3g}")
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(
@@ -931,7 +996,7 @@ def _paired(
         why = f"no competitor could be paired{waiting}"
         if surrogate is not None and not surrogate.pair_bands:
             why += " (the surrogate has no pair_bands for competitors with other controls)"
-        out = skipped | warming
+        out = skipped | warming | fresh
         rest = [math.nan if i in out else c for i, c in enumerate(comps)]  # same indices, skipped out
         return _interval(prediction, rest, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()

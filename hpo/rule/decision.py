@@ -192,13 +192,13 @@ AHEAD_WITNESSES = 8
 #: The early loss ratio against a competitor with a *shorter* AdamW timescale (smaller τ = B/(ηλD): a larger
 #: LR or a smaller batch at the same λ) is read where its trend leads when the trial is catching up: the line
 #: through the log-ratio over the window [f/2, f], at EARLY_PROJECTION × f, whenever that is below the
-#: window's mean (``early_log_ratio``). Such a competitor forgets the initialization sooner (its share of the
-#: loss decays as e^(−2t̂/τ), METHOD.md §5), so it leads early by more than it ends ahead, and its lead
-#: shrinks while the slower trial's initialization fades: on LR and batch sweeps at fixed λ the eventual best
-#: trailed a faster competitor by 4–10% at t̂ 0.1 and by 0–3% at 0.15 (BENCHMARKS §30). 1.5 was chosen on the
-#: 25K development set's λ-fixed sweeps as the smallest of 1.0, 1.25 and 1.5 that kept every best in 20 orders
-#: at both report densities; the 99K λ-fixed, random-config, τ-held, quickstart and surestop_lora sweeps are
-#: out of sample.
+#: window's mean (``loss_log_ratio``'s ``project``, ``_closing_projection``). Such a competitor forgets the
+#: initialization sooner (its share of the loss decays as e^(−2t̂/τ), METHOD.md §5), so it leads early by
+#: more than it ends ahead, and its lead shrinks while the slower trial's initialization fades: on LR and
+#: batch sweeps at fixed λ the eventual best trailed a faster competitor by 4–10% at t̂ 0.1 and by 0–3% at
+#: 0.15 (BENCHMARKS §30). 1.5 was chosen on the 25K development set's λ-fixed sweeps as the smallest of 1.0,
+#: 1.25 and 1.5 that kept every best in 20 orders at both report densities; the 99K λ-fixed, random-config,
+#: τ-held, quickstart and surestop_lora sweeps are out of sample.
 EARLY_PROJECTION = 1.5
 
 
@@ -768,12 +768,13 @@ def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
     mean = float(np.mean(gap))
     if gap.size < 3:
         return mean
-    tc = t - float(np.mean(t))
+    t_mean = float(np.mean(t))
+    tc = t - t_mean
     spread = float(np.dot(tc, tc))
     if spread <= 0.0:
         return mean
     slope = float(np.dot(tc, gap - mean)) / spread
-    return mean + min(slope, 0.0) * (at - float(np.mean(t)))
+    return mean + min(slope, 0.0) * (at - t_mean)
 
 
 def faster_timescale(tau: float | None, other: float | None) -> bool:

@@ -99,11 +99,29 @@ def _by_seed(path: Path, family: str) -> list[Sweep]:
     return out
 
 
+#: The sweep families ``load_families`` knows, by their ``--family`` name.
+SWEEP_FAMILIES = ("tau", "lambda", "random", "lora", "quickstart")
+
+
+def add_family_arguments(
+    ap: argparse.ArgumentParser, families: tuple[str, ...] = SWEEP_FAMILIES, extra: tuple[str, ...] = ()
+) -> None:
+    """The arguments ``load_families`` reads: ``--family`` (repeatable; ``families``, plus ``extra`` choices
+    a script handles itself), ``--quickstart`` and ``--quickstart-reference``. One definition for every
+    script that replays the frontier's sweeps."""
+    ap.add_argument("--family", action="append", choices=(*families, *extra),
+                    help="sweep family (repeatable; default: all)")
+    ap.add_argument("--quickstart", default=str(ART / "curves_quickstart.csv"),
+                    help="curve CSV of an unpruned quickstart run (default: the committed one)")
+    ap.add_argument("--quickstart-reference", default=None,
+                    help="reference curves for its collapse surrogate (default: the builtin prior)")
+
+
 def load_families(args: argparse.Namespace) -> list[SweepFamily]:
-    """The sweep families asked for, with their collapse references."""
+    """The sweep families asked for, with their collapse references (``add_family_arguments``)."""
     from surestop_lora import read_surestop_lora, split_nights
 
-    want = set(args.family or ("tau", "lambda", "random", "lora", "quickstart"))
+    want = set(args.family or SWEEP_FAMILIES)
     out: list[SweepFamily] = []
     if want & {"tau", "lambda"}:
         log("calibrating the §5 collapse family (reference of the τ-held and λ-fixed sweeps)")
@@ -236,14 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--family", action="append", choices=("tau", "lambda", "random", "lora", "quickstart"),
-                    help="sweep family (repeatable; default: all)")
+    add_family_arguments(ap)
     ap.add_argument("--skip", action="append", default=[], help="a pruner family to leave out (repeatable)")
     ap.add_argument("--skip-online", action="store_true", help="leave collapse-online out (the slowest)")
-    ap.add_argument("--quickstart", default=str(ART / "curves_quickstart.csv"),
-                    help="curve CSV of an unpruned quickstart run (default: the committed one)")
-    ap.add_argument("--quickstart-reference", default=None,
-                    help="reference curves for its collapse surrogate (default: the builtin prior)")
     ap.add_argument("--only", action="append", default=None,
                     help="replay only this pruner family (repeatable); the others come from --reuse")
     ap.add_argument("--reuse", default=None,

@@ -110,9 +110,7 @@ def halving(sweep: Sweep, surrogate: object, r0: float, by: str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", action="append", choices=("tau", "lambda", "random", "lora", "quickstart"))
-    ap.add_argument("--quickstart", default=str(frontier.ART / "curves_quickstart.csv"))
-    ap.add_argument("--quickstart-reference", default=None)
+    frontier.add_family_arguments(ap)
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")

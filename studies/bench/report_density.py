@@ -37,10 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--family", action="append", choices=(*FAMILIES, "dev"))
+    frontier.add_family_arguments(ap, FAMILIES, extra=("dev",))
     args = ap.parse_args(argv)
     args.family = args.family or list(FAMILIES)
-    args.quickstart, args.quickstart_reference = str(frontier.ART / "curves_quickstart.csv"), None
     print("| family | sweep | reports | collapse: compute / mean regret / best cut | collapse-online |")
     print("|---|---|---:|---|---|")
     groups = [(fam.name, fam.sweeps, fam.surrogates, args.orders)
@@ -61,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
                     cells.append(f"{s.compute:.3f} / {100 * s.relative_regret:.2f}% / "
                                  f"{s.best_pruned_rate:.2f}")
                 print(f"| {name} | {sweep.name} | {sweep.grid.size} | {cells[0]} | {cells[1]} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -32,10 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--family", action="append", choices=("tau", "lambda", "random", "lora", "quickstart"))
     ap.add_argument("--points", default=str(frontier.ART / "frontier.csv"), help="frontier.csv of ours")
-    ap.add_argument("--quickstart", default=str(frontier.ART / "curves_quickstart.csv"))
-    ap.add_argument("--quickstart-reference", default=None)
+    frontier.add_family_arguments(ap)
     args = ap.parse_args(argv)
     points = frontier.read_points(Path(args.points), args.orders)
     print("| sweep family | SHA default: compute / mean regret / best cut | half of it | ours at ≤ 0.3%: "

@@ -637,8 +637,10 @@ def test_the_early_loss_ratio_reads_a_closing_gap_to_a_faster_competitor_where_i
         assert d.prune and "12.50% ahead" in d.reason and "closing gap" not in d.reason
     assert not _gap_case(0.20, 0.05, tau=None, rival_tau=0.05).prune
     # A gap that widens (5% -> 20%) is never read off its line (that would be 35% at 0.15): the mean, 12.5%.
+    # The reason says so: the window's mean decided, not a closing gap.
     d = _gap_case(0.05, 0.20, tau=0.2, rival_tau=0.05)
     assert d.prune and "12.50% ahead" in d.reason
+    assert "a faster tau: the gap not closing, its window mean" in d.reason and "closing gap" not in d.reason
 
 
 def test_a_faster_competitor_still_in_the_early_window_does_not_cut_a_trial_ahead_of_it_by_predictions():

@@ -919,13 +919,18 @@ def _paired(
                 elif early:
                     if log_y is None:
                         log_y = np.log(y)
-                    faster = faster_timescale(tau, c.tau)
                     log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
-                                               log_cy=c.log_loss(),
-                                               project=EARLY_PROJECTION * f if faster else None)
+                                               log_cy=c.log_loss())
                     how = f"early loss ratio at t_hat={f:.3g}"
-                    if faster:
-                        how += f", a faster tau: a closing gap read at t_hat={EARLY_PROJECTION * f:.3g}"
+                    if log_ratio is not None and faster_timescale(tau, c.tau):
+                        closing = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
+                                                 log_cy=c.log_loss(), project=EARLY_PROJECTION * f)
+                        # The reason says which reading decided: the projection only where the gap closes.
+                        if closing is not None and closing < log_ratio:
+                            log_ratio = closing
+                            how += f", a faster tau: a closing gap read at t_hat={EARLY_PROJECTION * f:.3g}"
+                        else:
+                            how += ", a faster tau: the gap not closing, its window mean"
                 elif (lead := lead_for(f)) is not None:
                     if log_y is None:
                         log_y = np.log(y)

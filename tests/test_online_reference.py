@@ -95,6 +95,36 @@ def test_a_tested_prior_widens_for_curves_it_does_not_fit():
     assert BUILTIN_PRIOR.is_file()
 
 
+def test_the_priors_family_bias_widens_its_interval_instead_of_shifting_it():
+    """BENCHMARKS §31. The builtin prior's error band at t̂ 0.1 carries its family's mean miss (bias −0.23):
+    applied as a shift, a trial's pessimistic bound from t̂ 0.1 lay 6–9% below its own prediction, and the
+    unpaired comparison with it cut the best of a real architecture sweep (gemstones) in 6 of 20 orders. On
+    a sweep it was not fitted on, the interval is the union of the shifted one and the same one centred on
+    the prediction (at 90%). An online fit, tested on its own sweep, keeps the bias it learned."""
+    from collapse_hpo.predictors.predict import interval
+
+    prior, _ = load_prior("builtin")
+    assert prior.error_band(0.1).bias < -0.2  # the premise: a strongly biased early band
+    tested = prior_for_sweep(prior, []).surrogate
+    for old, new in zip(prior.error_bands, tested.error_bands, strict=True):
+        shifted, centred = interval(1.0, old, 0.9), interval(1.0, dataclasses.replace(old, bias=0.0), 0.9)
+        low, high = interval(1.0, new, 0.9)
+        assert low == pytest.approx(min(shifted[0], centred[0])) and high == pytest.approx(max(shifted[1],
+                                                                                             centred[1]))
+    own = prior_for_sweep(prior, [], own=True).surrogate
+    assert [b.bias for b in own.error_bands] == [b.bias for b in prior.error_bands]
+    c = next(c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
+             if c.run.startswith("lr_tau_s0_"))
+    keep = c.t_hat <= 0.11
+    p = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=tested, schedule=c.schedule, tau=c.tau,
+                           tpp=c.tpp)
+    assert p.ok and p.low < p.final_loss < p.high
+    shifted = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=prior, schedule=c.schedule,
+                                 tau=c.tau, tpp=c.tpp)
+    assert shifted.high < shifted.final_loss  # what the shift did
+    assert p.low == pytest.approx(shifted.low) and p.high > p.final_loss > shifted.high
+
+
 def test_a_tested_fits_memo_of_shape_misses_tests_it_as_testing_anew():
     """``prior_for_sweep`` with a memo of shape misses (an online reference's, per fit: by curve object and
     reach) gives what testing anew gives while the sweep's curves move on one at a time (each move a new
@@ -295,7 +325,8 @@ def test_an_online_refit_never_blocks_tunes_event_loop(monkeypatch, tmp_path, db
 def test_the_priors_shown_interval_reaches_the_current_loss():
     """A run that stalls (the quickstart's LR 0.1–0.18 trials, pruned at t̂ 0.11) follows the prior's early
     shape: the learned interval lay 10–30% below its true final loss. Shown, the prior's interval reaches up
-    to the loss the run has now; the rule keeps the learned one."""
+    to the loss the run has now; the rule keeps the learned one. (At t̂ 0.11 the prior's band, its family's
+    bias folded into its scale, now reaches past the current loss by itself: the case is taken at t̂ 0.2.)"""
     from collapse_hpo.hpo.rule.decision import Decision
     from collapse_hpo.hpo.rule.record import DecisionEntry
 
@@ -303,12 +334,12 @@ def test_the_priors_shown_interval_reaches_the_current_loss():
     surrogate = prior_for_sweep(prior, []).surrogate
     c = next(c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
              if c.run.startswith("lr_tau_s0_"))
-    keep = c.t_hat <= 0.11
+    keep = c.t_hat <= 0.2
     p = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=surrogate, schedule=c.schedule, tau=c.tau,
                            tpp=c.tpp)
     assert p.ok and p.high_at_current and p.high < p.current_loss
     assert p.shown[1] == p.current_loss
-    entry = DecisionEntry.of(Decision(True, "pruned", p.fraction, p), step=110, n=10,
+    entry = DecisionEntry.of(Decision(True, "pruned", p.fraction, p), step=200, n=10,
                              reference="prior:builtin", threshold_trial=None)
     assert entry.predicted_high == p.current_loss and entry.rule_high == p.high
     fixed = predict_final_loss(c.t_hat[keep], c.loss[keep], surrogate=prior, schedule=c.schedule, tau=c.tau,

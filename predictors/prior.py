@@ -18,11 +18,19 @@ follow the prior's shape keeps the prior's interval; one whose curves do not (ot
 prior's, another trainer) gets an interval as wide as the misses say. Until a curve reaches ``MIN_REACH``
 the prior is used untested, and says so in its label.
 
-``pair_bands`` are dropped: the prior's paired errors were learned on its own family; on an untested sweep a
-comparison of trials with other controls uses the (widened) interval instead. So is each band's ``bias`` (the
-prior family's mean miss at that fraction) as a shift: the interval becomes the union of the prior's interval
-(shifted by the bias) and the same interval centred on the prediction (at ``BIAS_CONFIDENCE``: centre at
-bias/2, half-width + |bias|/2), so it always holds the prediction. The builtin prior's bias is −0.227 at
+``pair_bands`` (the prior's paired errors, learned on its own family) serve only a sweep whose curves the
+prior's shape fits as well as it fits that family: once at least ``PAIR_MIN_TESTED`` curves tested it and
+their shape miss U is at most the family's own (``info["family_shape_miss"]``: U of the prior on its
+calibration curves, 0.0579 for the builtin prior; a prior without it never keeps them). Otherwise a comparison
+of trials with other controls uses the (widened) interval instead: on our random configs (U 0.16–0.19),
+surestop_lora (0.14) or a synthetic MLP task (0.22) the pairs the prior learned say nothing; on LR and batch
+sweeps of the prior's own trainer with λ fixed (U 0.02–0.04) they are the calibrated reference's, and the
+paired comparison cut 0.05–0.15 of the compute there with every best kept (BENCHMARKS §32).
+
+Each error band's ``bias`` (its family's mean miss at that fraction) is not applied as a shift on a sweep the
+prior was not fitted on: the interval becomes the union of the prior's interval (shifted by the bias) and the
+same interval centred on the prediction (at ``BIAS_CONFIDENCE``: centre at bias/2, half-width + |bias|/2), so
+it always holds the prediction. The builtin prior's bias is −0.227 at
 t̂ 0.1, −0.083 at 0.15 and within ±0.03 from 0.2 (its shape was fitted from t̂ 0.2, so early fractions
 extrapolate it back); on other sweeps its mean miss at 0.15 runs from −11% to +17% (BENCHMARKS §31). As a
 shift it put a trial's pessimistic bound 6–9% *below* its own prediction at t̂ 0.1, and the unpaired
@@ -67,6 +75,9 @@ BUILTIN_PRIOR = Path(__file__).resolve().parent / "data" / "builtin_prior.json"
 #: union of its interval shifted by its family's bias and the same interval centred on the prediction; at
 #: other confidences it is close to it (``prior_for_sweep``).
 BIAS_CONFIDENCE = 0.9
+#: A tested prior keeps its paired errors only once at least this many of the sweep's curves tested it (set
+#: a priori: one or two curves can fit the prior's shape by chance).
+PAIR_MIN_TESTED = 3
 #: A curve tests the prior once it reached this t̂ (it is predicted from its first half).
 MIN_REACH = 0.3
 #: Reaches are rounded down to multiples of this (t̂) before a test, so the tested prior changes only when a
@@ -202,7 +213,10 @@ def prior_for_sweep(
         surrogate = replace(prior, error_bands=bands, info=info)
     else:
         # The size trend would replace the widened band for a run with a known size: the prior's size model
-        # was learned on its own family, so it is dropped with the paired errors.
-        surrogate = replace(prior, error_bands=bands, pair_bands=[], size_trend=[],
-                            info={**info, "shown_high_at_current": True})
+        # was learned on its own family, so it is dropped. Its paired errors serve a sweep its shape fits as
+        # well as its own family (module docstring).
+        family = prior.info.get("family_shape_miss")
+        pairs = family is not None and len(misses) >= PAIR_MIN_TESTED and miss <= float(family)
+        surrogate = replace(prior, error_bands=bands, pair_bands=prior.pair_bands if pairs else [],
+                            size_trend=[], info={**info, "shown_high_at_current": True})
     return SweepPrior(surrogate=surrogate, tested=tuple(tested), miss=miss)

@@ -30,12 +30,11 @@ paired comparison cut 0.05–0.15 of the compute there with every best kept (BEN
 Each error band's ``bias`` (its family's mean miss at that fraction) is not applied as a shift on a sweep the
 prior was not fitted on: the interval becomes the union of the prior's interval (shifted by the bias) and the
 same interval centred on the prediction (at ``BIAS_CONFIDENCE``: centre at bias/2, half-width + |bias|/2), so
-it always holds the prediction. The builtin prior's bias is −0.227 at
-t̂ 0.1, −0.083 at 0.15 and within ±0.03 from 0.2 (its shape was fitted from t̂ 0.2, so early fractions
-extrapolate it back); on other sweeps its mean miss at 0.15 runs from −11% to +17% (BENCHMARKS §31). As a
-shift it put a trial's pessimistic bound 6–9% *below* its own prediction at t̂ 0.1, and the unpaired
-comparison of a trial far along with such a bound cut the best of a real architecture sweep in 6 of 20
-orders (gemstones, 22 shapes).
+it always holds the prediction. The builtin prior's bias is −0.227 at t̂ 0.1, −0.083 at 0.15 and within ±0.03
+from 0.2 (its shape was fitted from t̂ 0.2, so early fractions extrapolate it back); on other sweeps its mean
+miss at 0.15 runs from −11% to +17% (BENCHMARKS §31). As a shift it put a trial's pessimistic bound 6–9%
+*below* its own prediction at t̂ 0.1, and the unpaired comparison of a trial far along with such a bound cut
+the best of a real architecture sweep in 6 of 20 orders (gemstones, 22 shapes).
 
 The interval *shown* for a prediction with the prior reaches up to at least the trial's current loss
 (``info["shown_high_at_current"]``, ``Prediction.high_at_current``): a run that stalls (a too-high LR, the
@@ -176,6 +175,16 @@ def _memoized_miss(
     return u
 
 
+def _family_miss(prior: Surrogate) -> float | None:
+    """The prior's shape miss on its own calibration family (``info["family_shape_miss"]``), or None when it
+    does not record a non-negative finite number (a hand-made prior JSON): then it never lends its paired
+    errors."""
+    value = prior.info.get("family_shape_miss")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
 def prior_for_sweep(
     prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT, own: bool = False,
     memo: dict[tuple[int, float], tuple[Curve, float | None]] | None = None,
@@ -215,8 +224,8 @@ def prior_for_sweep(
         # The size trend would replace the widened band for a run with a known size: the prior's size model
         # was learned on its own family, so it is dropped. Its paired errors serve a sweep its shape fits as
         # well as its own family (module docstring).
-        family = prior.info.get("family_shape_miss")
-        pairs = family is not None and len(misses) >= PAIR_MIN_TESTED and miss <= float(family)
+        family = _family_miss(prior)
+        pairs = family is not None and len(misses) >= PAIR_MIN_TESTED and miss <= family
         surrogate = replace(prior, error_bands=bands, pair_bands=prior.pair_bands if pairs else [],
                             size_trend=[], info={**info, "shown_high_at_current": True})
     return SweepPrior(surrogate=surrogate, tested=tuple(tested), miss=miss)

@@ -150,6 +150,9 @@ def test_the_prior_keeps_its_paired_errors_on_a_sweep_its_shape_fits_as_well_as_
     info = {k: v for k, v in prior.info.items() if k != "family_shape_miss"}
     unrecorded = dataclasses.replace(prior, info=info)
     assert not prior_for_sweep(unrecorded, lam).surrogate.pair_bands
+    for bad in ("0.06", None, float("nan"), -1.0, True):  # a hand-made JSON: no pairs, and no error
+        odd = dataclasses.replace(prior, info={**info, "family_shape_miss": bad})
+        assert not prior_for_sweep(odd, lam).surrogate.pair_bands
 
 
 def test_a_tested_fits_memo_of_shape_misses_tests_it_as_testing_anew():

@@ -192,7 +192,7 @@ AHEAD_WITNESSES = 8
 #: The early loss ratio against a competitor with a *shorter* AdamW timescale (smaller τ = B/(ηλD): a larger
 #: LR or a smaller batch at the same λ) is read where its trend leads when the trial is catching up: the line
 #: through the log-ratio over the window [f/2, f], at EARLY_PROJECTION × f, whenever that is below the
-#: window's mean (``loss_log_ratio``'s ``project``, ``_closing_projection``). Such a competitor forgets the
+#: window's mean (``_window_gap``, ``_closing_projection``). Such a competitor forgets the
 #: initialization sooner (its share of the loss decays as e^(−2t̂/τ), METHOD.md §5), so it leads early by
 #: more than it ends ahead, and its lead shrinks while the slower trial's initialization fades: on LR and
 #: batch sweeps at fixed λ the eventual best trailed a faster competitor by 4–10% at t̂ 0.1 and by 0–3% at
@@ -733,19 +733,25 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
 def loss_log_ratio(
     t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
     log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None, onset: float = 0.0,
-    project: float | None = None,
 ) -> float | None:
     """Mean log(loss_trial / loss_competitor) over the window t̂ ∈ [max(align_start · f, onset), f].
-
-    ``project``: a t̂ at which to read the log-ratio off its least-squares line over the window instead, when
-    that line falls (the trial catching up) and has 3 points or more; never above the mean
-    (``_closing_projection``; the early loss ratio against a faster competitor, ``EARLY_PROJECTION``).
 
     Both curves are sorted by t̂ and hold valid points only; the competitor's log-loss is interpolated at the
     trial's points in the window (the window is clipped to where both curves have points). Returns None when
     the curves share no point of the window. ``log_y``/``log_cy``: log(y) and log(cy) when the caller has
     them already (one judgement compares one trial with every competitor).
     """
+    window = _window_gap(t, y, ct, cy, f, align_start, log_y=log_y, log_cy=log_cy, onset=onset)
+    return None if window is None else float(np.mean(window[1]))
+
+
+def _window_gap(
+    t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
+    log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None, onset: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The trial's points in ``loss_log_ratio``'s window and its log loss ratio over the competitor at each
+    (None when the curves share no point of the window): the mean is ``loss_log_ratio``; the early loss ratio
+    against a faster competitor also reads its line (``_closing_projection``)."""
     lo = max(align_start * f, onset, float(ct[0]), float(t[0]))
     # t is sorted: the window is the slice [i0, i1) (t >= lo and t <= f, each within 1e-12).
     i0 = int(np.searchsorted(t, lo - 1e-12, "left"))
@@ -756,9 +762,7 @@ def loss_log_ratio(
         i0 = i1 - 1
     theirs = np.interp(t[i0:i1], ct, np.log(cy) if log_cy is None else log_cy)
     mine = np.log(y[i0:i1]) if log_y is None else log_y[i0:i1]
-    if project is None:
-        return float(np.mean(mine - theirs))
-    return _closing_projection(t[i0:i1], mine - theirs, project)
+    return t[i0:i1], mine - theirs
 
 
 def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
@@ -919,18 +923,19 @@ def _paired(
                 elif early:
                     if log_y is None:
                         log_y = np.log(y)
-                    log_ratio = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
-                                               log_cy=c.log_loss())
+                    window = _window_gap(t, y, ct, cy, f, align_start, log_y=log_y, log_cy=c.log_loss())
                     how = f"early loss ratio at t_hat={f:.3g}"
-                    if log_ratio is not None and faster_timescale(tau, c.tau):
-                        closing = loss_log_ratio(t, y, ct, cy, f, align_start, log_y=log_y,
-                                                 log_cy=c.log_loss(), project=EARLY_PROJECTION * f)
-                        # The reason says which reading decided: the projection only where the gap closes.
-                        if closing is not None and closing < log_ratio:
-                            log_ratio = closing
-                            how += f", a faster tau: a closing gap read at t_hat={EARLY_PROJECTION * f:.3g}"
-                        else:
-                            how += ", a faster tau: the gap not closing, its window mean"
+                    if window is not None:
+                        log_ratio = float(np.mean(window[1]))
+                        if faster_timescale(tau, c.tau):
+                            at_t = EARLY_PROJECTION * f
+                            closing = _closing_projection(*window, at_t)
+                            # The reason says which reading decided: the line only where the gap closes.
+                            if closing < log_ratio:
+                                log_ratio = closing
+                                how += f", a faster tau: a closing gap read at t_hat={at_t:.3g}"
+                            else:
+                                how += ", a faster tau: the gap not closing, its window mean"
                 elif (lead := lead_for(f)) is not None:
                     if log_y is None:
                         log_y = np.log(y)

@@ -84,6 +84,38 @@ def test_make_sweep_resamples_different_grids():
     assert sw.finals[1] == pytest.approx(b.loss[-1])
 
 
+def per_step_sweep(n: int = 4) -> list[Curve]:
+    """Curves logged at each of 2,000 steps (closer than the replay's 1/1000 of training), one shared grid."""
+    t = np.arange(1, 2001) / 2000
+    shape = 1.0 + 2.0 * np.exp(-8.0 * t)
+    return [Curve(run=f"s{i}", t_hat=t, loss=(3.0 + 0.1 * i) * shape) for i in range(n)]
+
+
+def test_make_sweep_leaves_out_report_points_closer_than_a_step_and_keeps_the_reported_ones():
+    curves = per_step_sweep()
+    sw = make_sweep(curves)
+    steps = sw.steps
+    assert np.all(np.diff(steps) > 0), "every kept report is at least one integer step past the one before"
+    assert sw.grid.size + sw.merged == 2000 and 999 <= sw.grid.size <= 1001, "one report per step is kept"
+    assert sw.grid[-1] == 1.0 and sw.finals[0] == pytest.approx(curves[0].loss[-1])
+    assert np.all(np.isin(sw.grid, curves[0].t_hat)), "the kept points are the reported ones, not resampled"
+    i = np.searchsorted(curves[1].t_hat, sw.grid[7])
+    assert sw.losses[1, 7] == curves[1].loss[i]
+    r = simulate(sw, peers.NoPruning(), list(range(4)), workers=2)
+    assert r.compute == pytest.approx(1.0)
+    # A grid that does not need it is left as reported.
+    assert make_sweep(parallel_sweep(3)).merged == 0
+
+
+def test_make_sweep_keeps_the_last_report_when_it_shares_a_step_with_the_one_before():
+    t = np.array([0.1, 0.2, 0.3, 0.9996, 1.0])
+    curves = [Curve(run=f"r{i}", t_hat=t, loss=np.array([4.0, 3.5, 3.2, 3.0, 2.9 + 0.1 * i]))
+              for i in range(2)]
+    sw = make_sweep(curves)
+    assert list(sw.grid) == [0.1, 0.2, 0.3, 1.0] and sw.merged == 1
+    assert list(sw.losses[1]) == [4.0, 3.5, 3.2, 3.0]
+
+
 def test_no_pruning_costs_everything_and_has_no_regret():
     sw = make_sweep(parallel_sweep(6))
     r = simulate(sw, peers.NoPruning(), list(range(6)), workers=3)
@@ -224,6 +256,14 @@ def test_cli_replay_writes_table_csv_and_plot(tmp_path, capsys):
     assert "top-k-10" in table and "none" in table
     assert out_csv.read_text().splitlines()[0].startswith("pruner,sweep,orders,compute")
     assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_replay_of_per_step_logs_runs_and_says_what_it_left_out(tmp_path, capsys):
+    path = tmp_path / "steps.csv"
+    write_curves_csv(path, per_step_sweep())
+    assert main(["replay", str(path), "--pruner", "none", "--orders", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "1001 reports each (999 points closer than 1/1000 of training to the one before left out)" in err
 
 
 def test_cli_replay_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from collapse_hpo.hpo.commands._common import check_outputs, print_notes, stderr_progress
 from collapse_hpo.hpo.extras import require
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                   "other than the sweep itself); collapse-online needs neither", file=sys.stderr)
             chosen = [n for n in chosen if n not in needs]
     factories = [peers.factory(n, surrogate=surrogate) for n in chosen]
-    print(f"replay {args.curves}: {sweep.n_trials} trials, {sweep.grid.size} reports each, "
+    print(f"replay {args.curves}: {sweep.n_trials} trials, {_reports(sweep)}, "
           f"{args.orders} orders, {args.workers} workers, {len(factories)} pruner(s), {jobs} job(s)",
           file=sys.stderr)
     summaries, _ = replay(sweep, factories, orders=args.orders, workers=args.workers, seed=args.seed,
@@ -129,6 +130,16 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_compute_regret(args.plot, summaries, title=f"replay of {os.path.basename(args.curves)}")
     return 0
+
+
+def _reports(sweep: Any) -> str:
+    """The report count of ``sweep`` for the header, naming the points left out as too close together."""
+    from collapse_hpo.hpo.replays.replay import STEP_SCALE  # deferred: pulls numpy; --help stays fast
+
+    if not sweep.merged:
+        return f"{sweep.grid.size} reports each"
+    return (f"{sweep.grid.size} reports each ({sweep.merged} points closer than 1/{STEP_SCALE} of training "
+            "to the one before left out)")
 
 
 def _read_sweep(args: argparse.Namespace):
@@ -173,7 +184,7 @@ def _frontier(args: argparse.Namespace, jobs: int) -> int:
             families.remove("collapse")
     if not families:
         raise InputError("replay: no family left to sweep (see the notes above)")
-    print(f"replay --frontier {args.curves}: {sweep.n_trials} trials, {sweep.grid.size} reports each, "
+    print(f"replay --frontier {args.curves}: {sweep.n_trials} trials, {_reports(sweep)}, "
           f"{args.orders} orders, {args.workers} workers, families {', '.join(families)}, {jobs} job(s)",
           file=sys.stderr)
     points = fr.frontier(sweep, families, surrogate=surrogate, orders=args.orders, workers=args.workers,

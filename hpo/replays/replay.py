@@ -71,6 +71,8 @@ class Sweep:
         finals: final loss of each trial (its curve's last finite loss).
         weights: tokens of each trial relative to the others (1 for equal token budgets).
         name: a label for tables.
+        merged: report points left out because they lay closer than 1/STEP_SCALE of training to the point
+            kept before them (per-step logs: the replay's pruners count progress in 1/STEP_SCALE-ths).
     """
 
     curves: list[Curve]
@@ -79,6 +81,7 @@ class Sweep:
     finals: np.ndarray
     weights: np.ndarray
     name: str = "sweep"
+    merged: int = 0
 
     @property
     def n_trials(self) -> int:
@@ -107,10 +110,11 @@ def make_sweep(
     """Put complete curves on a common report grid.
 
     If every curve has the same observed t̂ points, those are the grid (what the trainer reported).
-    Otherwise the
-    grid is ``n_reports`` evenly spaced points (default: the median point count, capped at 200) from the
-    latest
-    first point to the earliest last point, and each curve's loss is linearly interpolated onto it.
+    Otherwise the grid is ``n_reports`` evenly spaced points (default: the median point count, capped at 200)
+    from the latest first point to the earliest last point, and each curve's loss is linearly interpolated
+    onto it. Points closer than 1/STEP_SCALE of training to the point kept before them are left out (the
+    last point is always kept; ``Sweep.merged`` counts them): a per-step log is replayed at the finest
+    progress Optuna's and Ray's integer steps can tell apart, on the points it reported.
 
     A curve that diverged (``Curve.diverged_at``: a NaN/inf loss in its file) has an infinite loss on the
     grid from there on and an infinite final loss: `simulate` stops it at its first such report
@@ -153,16 +157,35 @@ def make_sweep(
         hi = min(p[0][-1] for p in pts)
         grid = np.linspace(lo, hi, max(n, 3))
         losses = np.stack([_interp(grid, t, y) for t, y in pts])
-    steps = np.rint(grid * STEP_SCALE).astype(int)
-    if np.any(np.diff(steps) <= 0):
-        raise InputError(
-            f"{source}: report points closer than 1/{STEP_SCALE} of training; pass fewer reports (--reports)"
-        )
+    keep = distinct_steps(grid)
+    if keep.size < 2 or np.any(np.diff(np.rint(grid[keep] * STEP_SCALE)) <= 0):
+        raise InputError(f"{source}: the report grid spans less than 1/{STEP_SCALE} of training; the curves "
+                         "must share reports from early in training to t_hat >= 0.99")
     finals = np.array([p[1][-1] for p in pts])
     w = np.ones(len(curves)) if weights is None else np.asarray(weights, dtype=float)
     if w.shape != (len(curves),) or np.any(~np.isfinite(w)) or np.any(w <= 0):
         raise InputError(f"{source}: weights must be one positive number per run")
-    return Sweep(curves=curves, grid=grid, losses=losses, finals=finals, weights=w, name=name)
+    return Sweep(curves=curves, grid=grid[keep], losses=losses[:, keep], finals=finals, weights=w, name=name,
+                 merged=int(grid.size - keep.size))
+
+
+def distinct_steps(grid: np.ndarray) -> np.ndarray:
+    """Indices of the points of ``grid`` (ascending t̂) kept for a replay: each one at least one integer
+    step (1/STEP_SCALE of training) past the point kept before it, the first and the last always kept (the
+    last replaces the one before it when they share a step)."""
+    steps = np.rint(grid * STEP_SCALE).astype(int)
+    if steps.size < 2 or np.all(np.diff(steps) > 0):
+        return np.arange(grid.size)
+    keep = [0]
+    for i in range(1, steps.size):
+        if steps[i] > steps[keep[-1]]:
+            keep.append(i)
+    if keep[-1] != steps.size - 1:
+        if len(keep) > 1:
+            keep[-1] = steps.size - 1
+        else:
+            keep.append(steps.size - 1)
+    return np.asarray(keep)
 
 
 def _interp(grid: np.ndarray, t: np.ndarray, y: np.ndarray) -> np.ndarray:

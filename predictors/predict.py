@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -356,7 +356,32 @@ def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidenc
     aligned = _aligned_cached(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
     if isinstance(aligned, Prediction):
         return aligned
-    return _finish(aligned, surrogate, tau, tpp, confidence, params)
+    out = _finish(aligned, surrogate, tau, tpp, confidence, params)
+    edge = seen_tau_edge(surrogate, tau)
+    if edge is None or out.low is None or out.high is None:
+        return out
+    # A run without weight decay is served at the τ law's limit (b = 0: no LR term, so no drop from an LR
+    # decay still ahead). The limit is an extrapolation past every τ the surrogate saw: the interval also
+    # holds the prediction at the largest τ it saw, as the size trend's interval holds the uncorrected
+    # prediction beyond the reference sizes. The point stays the limit's.
+    at_edge = _aligned_cached(t_hat, loss, surrogate, schedule, edge, tpp, min_fraction, confidence)
+    if isinstance(at_edge, Prediction):
+        return out
+    other = _finish(at_edge, surrogate, edge, tpp, confidence, params)
+    if other.low is None or other.high is None:
+        return out
+    return replace(out, low=min(out.low, other.low), high=max(out.high, other.high))
+
+
+def seen_tau_edge(surrogate: Surrogate, tau: float | None) -> float | None:
+    """The largest τ of ``surrogate``'s reference runs when ``tau`` (a run without weight decay: None or
+    inf) is served at its τ law's limit (``Surrogate.no_decay_limit``); None otherwise."""
+    if tau is not None and tau != math.inf:
+        return None
+    if not surrogate.no_decay_limit or surrogate.tau_law != "power" or surrogate.b_e >= 0:
+        return None
+    seen = surrogate.reference.get("tau")
+    return float(seen[1]) if seen else None
 
 
 @dataclass(frozen=True)

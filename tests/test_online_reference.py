@@ -294,6 +294,31 @@ def test_a_trial_without_weight_decay_is_served_by_the_priors_tau_limit():
     assert p.ok and 0 < p.final_loss < 3.0 - 0.4 and p.low < p.final_loss < p.high
 
 
+def test_a_trial_without_weight_decay_whose_lr_decay_is_ahead_keeps_the_drop_inside_its_interval():
+    """At the τ law's limit (b = 0) the prior has no LR term: from the stable phase of a WSD run it foresees
+    no drop from the decay ahead. The limit lies past every τ the prior saw, so the interval also holds the
+    prediction at its largest τ (the point stays the limit's). The run here drops as the prior's shape at
+    that τ says: from t̂ 0.5 the limit's own interval lay above its final loss (qiu's MLP schedule sweep: the
+    best, a WSD run, cut in 15 of 20 orders at t̂ 0.38, predicted 35% high; BENCHMARKS §33)."""
+    builtin, _ = load_prior("builtin")
+    served = prior_for_sweep(dataclasses.replace(builtin, no_decay_limit=True), []).surrogate
+    edge = served.reference["tau"][1]
+    wsd = Schedule(kind="wsd", warmup=0.05, decay=0.2)
+    t = np.linspace(0.01, 1.0, 100)
+    curve = 2.5 * served.normalized(t, wsd, edge, TPP)
+    early = t <= 0.5
+    p = predict_final_loss(t[early], curve[early], surrogate=served, schedule=wsd, tau=None, tpp=TPP)
+    limit_only = dataclasses.replace(served, reference={})  # no τ seen: the limit's interval alone
+    q = predict_final_loss(t[early], curve[early], surrogate=limit_only, schedule=wsd, tau=None, tpp=TPP)
+    assert p.ok and q.ok and p.final_loss == pytest.approx(q.final_loss)
+    assert q.low > 2.5, "the limit alone foresees no drop from the decay ahead"
+    assert p.low < 2.5 < p.high and p.high >= q.high
+    # A trial with weight decay is served as before: its own τ, no second prediction.
+    r = predict_final_loss(t[early], curve[early], surrogate=served, schedule=wsd, tau=0.1, tpp=TPP)
+    s = predict_final_loss(t[early], curve[early], surrogate=limit_only, schedule=wsd, tau=0.1, tpp=TPP)
+    assert (r.final_loss, r.low, r.high) == (s.final_loss, s.low, s.high)
+
+
 def test_a_prior_that_cannot_predict_a_trial_steps_aside():
     """A prior whose b *rises* with τ (b_e > 0) has no finite limit for a trial without weight decay: served
     anyway, every judgement of such a trial would fail to predict and keep it, where the loss ratio of

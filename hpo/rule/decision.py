@@ -80,6 +80,11 @@ while it is still in the early window (f ≤ ``EARLY_JUDGEMENT`` × ``min_fracti
 trial ahead of it by paired predictions: from t̂ 0.11 the reference over-rated such runs by 9–11%; it competes
 once past the window.
 
+A competitor whose LR has decayed further than the trial's at the common fraction (another schedule: a decay
+from the start against a WSD run's stable phase) leads by its lower LR alone by as much as the surrogate's LR
+term says, a lead the trial gets at its own decay: the early loss ratio discounts it (``decayed_lead``; on
+qiu's MLP schedule sweeps the early loss ratio cut the WSD best so, BENCHMARKS §33).
+
 After a trial's first judgements, a competitor with other controls is compared by the loss ratio instead of
 the paired predictions where the reference's *winners' lead* allows it (``lead_margin``): the
 reference's ``lead_bands`` say how far, at each fraction, a run that ended worse ever led one of its best
@@ -142,9 +147,11 @@ from collapse_hpo.predictors.predict import (
     align_partial,
     final_loss_of,
     predict_final_loss,
+    seen_tau_edge,
     shape_key,
     t_quantile,
 )
+from collapse_hpo.predictors.schedules import LR_ROUNDING
 
 if TYPE_CHECKING:
     from collapse_hpo.predictors.predict import Prediction
@@ -781,6 +788,42 @@ def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
     return mean + min(slope, 0.0) * (at - t_mean)
 
 
+def decayed_lead(
+    surrogate: Surrogate | None, t: np.ndarray, schedule: Schedule, tau: float | None, tpp: float | None,
+    c: Competitor,
+) -> float:
+    """How far (log loss) a competitor whose LR has decayed further than the trial's leads over the window's
+    points ``t`` by its lower LR alone, by the surrogate's LR term b·(η + ε₂)^q (METHOD.md: the loss falls
+    with the LR and the trial's will fall as its own LR decays); 0 when its LR is not lower on average.
+
+    Counted where both runs are past their warm-ups (on a ramp a lower LR is a slower run, not a lead), with
+    the larger of the two runs' b (τ empty: at the largest τ the surrogate saw, ``seen_tau_edge``, when it
+    serves such a run at its τ law's limit) and the trial's q. 0 without a surrogate or where it cannot serve
+    these controls. Between runs of one schedule it is 0: a rule for schedule sweeps (BENCHMARKS §33).
+    """
+    if surrogate is None or c.schedule is None:
+        return 0.0
+    past = t >= max(warmup_end(schedule), warmup_end(c.schedule)) - 1e-9
+    if not past.any():
+        return 0.0
+    tp = t[past]
+    eta, eta_c = np.asarray(schedule(tp), dtype=float), np.asarray(c.schedule(tp), dtype=float)
+    # LRs read from logs differ in their last digits (float32): only a lower LR by more than that counts.
+    eta_c = np.where(eta - eta_c > LR_ROUNDING, eta_c, eta)
+    if not np.any(eta_c < eta):
+        return 0.0
+    try:
+        b = max(surrogate.b(seen_tau_edge(surrogate, tau) or tau),
+                surrogate.b(seen_tau_edge(surrogate, c.tau) or c.tau))
+        q = surrogate.q(tpp)
+    except (InputError, ValueError):
+        return 0.0
+    e1, e2 = surrogate.eps1, surrogate.eps2
+    power = ((1.0 + e1) / (tp + e1)) ** surrogate.m
+    lead = np.log(power + b * (eta + e2) ** q) - np.log(power + b * (eta_c + e2) ** q)
+    return max(0.0, float(np.mean(lead)))
+
+
 def faster_timescale(tau: float | None, other: float | None) -> bool:
     """Whether a competitor's AdamW timescale ``other`` is shorter than the trial's ``tau`` (None: no weight
     decay, an infinite timescale). A faster competitor leads early by more than it ends ahead
@@ -936,6 +979,10 @@ def _paired(
                                 how += f", a faster tau: a closing gap read at t_hat={at_t:.3g}"
                             else:
                                 how += ", a faster tau: the gap not closing, its window mean"
+                        lower_lr = decayed_lead(surrogate, window[0], schedule, tau, tpp, c)
+                        if lower_lr > 0.0:
+                            log_ratio -= lower_lr
+                            how += f", less its lower LR's lead {math.expm1(lower_lr):.2%}"
                 elif (lead := lead_for(f)) is not None:
                     if log_y is None:
                         log_y = np.log(y)

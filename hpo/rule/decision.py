@@ -982,7 +982,7 @@ def _paired(
                         lower_lr = decayed_lead(surrogate, window[0], schedule, tau, tpp, c)
                         if lower_lr > 0.0:
                             log_ratio -= lower_lr
-                            how += f", less its lower LR's lead {math.expm1(lower_lr):.2%}"
+                            how += f", less its lower LR's lead {100 * math.expm1(lower_lr):.2g}%"
                 elif (lead := lead_for(f)) is not None:
                     if log_y is None:
                         log_y = np.log(y)

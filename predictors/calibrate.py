@@ -45,6 +45,7 @@ from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.misfit import MISFIT_QUANTILE
 from collapse_hpo.predictors.predict import predict_final_loss
+from collapse_hpo.predictors.schedules import decay_distance
 from collapse_hpo.predictors.surrogate import ErrorBand, SizeTrend, Surrogate, extrapolate_bias
 
 ERROR_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
@@ -903,6 +904,23 @@ def _pair_bands(
     return bands
 
 
+def pair_decay_distance(
+    curves: Sequence[Curve], residuals: dict[int, dict], fold_of: dict[int, int]
+) -> float | None:
+    """The largest ``decay_distance`` between the schedules of two curves held out in one fold: how far apart
+    the decays of the pairs behind ``pair_bands`` lay (None when no fold held two curves). A paired
+    comparison of two trials whose decays lie further apart has no learned error behind it."""
+    worst: float | None = None
+    for f in set(fold_of.values()):
+        have = [i for i in sorted(residuals) if fold_of.get(i) == f and any(
+            v is not None for v in residuals[i].values())]
+        for a in range(len(have)):
+            for b in range(a + 1, len(have)):
+                d = decay_distance(curves[have[a]].schedule, curves[have[b]].schedule)
+                worst = d if worst is None else max(worst, d)
+    return worst
+
+
 #: ``Surrogate.lead_bands`` measure how far a worse run led the reference's best LEAD_TOP_SHARE of its runs
 #: (by final loss; at least 2), at LEAD_FRACTIONS. 0.05 was chosen on surestop_lora's earlier nights
 #: (reference: the later nights) and random_s0 (reference: random_s1), 20 orders at the default margin, as the
@@ -1145,6 +1163,9 @@ def calibrate(
         "error_model": kind,
         "notes": list(notes),
     }
+    spread = pair_decay_distance(curves, residuals, fold_of) if surrogate.pair_bands else None
+    if spread is not None:
+        surrogate.info["pair_decay_distance"] = spread
     if params is None and all(c.params is not None for c in curves):
         params = [float(c.params) for c in curves if c.params is not None]
     elif params is None and any(c.params is not None for c in curves):

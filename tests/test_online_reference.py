@@ -518,3 +518,40 @@ def test_no_fit_is_made_on_fewer_than_ten_completed_trials_while_the_prior_serve
     assert fits == [9] and label.startswith("online:"), label  # without a prior, the fit serves
     _, label = OnlineReference(min_trials=3, refit="inline").get(_completed_study(curves[:13]), defaults)
     assert fits == [9, 13] and label.startswith("online:"), label
+
+
+def test_a_schedule_sweep_pairs_no_trials_whose_decays_differ_more_than_the_priors_pairs_did():
+    """BENCHMARKS §34. The builtin prior learned its paired errors on runs of one linear decay (its pairs'
+    decays lie 0.0066 apart, ``info["pair_decay_distance"]``, recomputed here from its family). On a
+    schedule sweep of our own trainer (2 LRs × linear, cosine, WSD 20% and 10%, constant; τ held) its shape
+    fits (so it keeps its pairs), but a WSD or constant run predicted from its stable phase lies 7-14% below
+    its end, and paired with the linear best it cut it in 6 of 20 orders (these six, 2 workers). Such pairs
+    are now compared unpaired: the best is kept in all six, and the sweep still prunes."""
+    import itertools
+
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import random_orders
+    from collapse_hpo.hpo.rule.decision import SCHEDULE_TOLERANCE, paired_decays
+    from collapse_hpo.predictors.schedules import decay_distance
+
+    prior, _ = load_prior("builtin")
+    art = ROOT / "studies/bench/artifacts"
+    family = (read_curves_csv(art / "curves_collapse_tau_full.csv")
+              + read_curves_csv(art / "curves_collapse_lambda_full.csv"))
+    widest = max(decay_distance(a.schedule, b.schedule) for a, b in itertools.combinations(family, 2))
+    assert prior.info["pair_decay_distance"] == pytest.approx(widest, rel=1e-9)
+    linear, wsd = Schedule(warmup=0.05), Schedule(kind="wsd", decay=0.2, warmup=0.05)
+    assert paired_decays(prior, linear, Schedule(warmup=0.055))  # within SCHEDULE_TOLERANCE: one decay
+    assert not paired_decays(prior, linear, Schedule(warmup=0.1))  # decays 0.026 apart: not learned
+    assert not paired_decays(prior, linear, wsd) and decay_distance(linear, wsd) > 30 * SCHEDULE_TOLERANCE
+    unrecorded = dataclasses.replace(prior, info={k: v for k, v in prior.info.items()
+                                                  if k != "pair_decay_distance"})
+    assert paired_decays(unrecorded, linear, wsd)  # a file written before it pairs as before
+
+    sweep = make_sweep(read_curves_csv(art / "curves_schedules.csv"))
+    assert sweep.curves[sweep.best].run == "linear_lr0.0073"
+    orders = random_orders(sweep.n_trials, 20, seed=0)
+    factory = peers.factory("collapse-online")
+    results = [simulate(sweep, factory(), orders[k], workers=2) for k in (0, 1, 3, 5, 10, 13)]
+    assert not any(r.best_pruned for r in results)
+    assert all(r.pruned.sum() >= 2 and r.compute < 0.9 for r in results)

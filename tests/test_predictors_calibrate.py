@@ -191,6 +191,26 @@ def test_lead_bands_are_how_far_a_worse_run_led_the_best_ones():
     assert Surrogate.from_dict(old).lead_bands == []
 
 
+def test_calibration_records_how_far_apart_the_decays_of_its_pairs_lay():
+    # Two folds: group a holds a linear and a cosine decay, group b two linear decays. The pairs behind
+    # pair_bands are the curves of one fold, so the widest is linear-cosine (BENCHMARKS §34: the pruner pairs
+    # no trials whose decays lie further apart).
+    from collapse_hpo.predictors.schedules import Schedule, decay_distance
+
+    linear, cosine = Schedule(warmup=0.05), Schedule(kind="cosine", warmup=0.05)
+    lin = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=3, schedule=linear, noise=0.001, seed=4)
+    cos = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=1, schedule=cosine, noise=0.001, seed=5)
+    curves = [lin[0], dataclasses.replace(cos[0], run="cos"), lin[1], lin[2]]
+    s = calibrate(curves, predict_weight=0.0, free_m=False, groups=["a", "a", "b", "b"], folds=2).surrogate
+    assert s.pair_bands
+    assert s.info["pair_decay_distance"] == pytest.approx(decay_distance(linear, cosine), rel=1e-9)
+    assert Surrogate.from_dict(s.to_dict()).info["pair_decay_distance"] == s.info["pair_decay_distance"]
+    one = calibrate(lin, predict_weight=0.0, free_m=False, groups=["a", "a", "b"], folds=2).surrogate
+    assert one.info["pair_decay_distance"] == 0.0
+    single = calibrate(lin[:1], free_m=False).surrogate  # no pairs: nothing recorded
+    assert "pair_decay_distance" not in single.info
+
+
 def test_a_single_curve_gives_no_pair_bands_and_says_so():
     curves = synthetic_curves(taus=(0.1,), tpps=(20.0,), seeds=1, noise=0.001)
     c = calibrate(curves, free_m=False)

@@ -80,6 +80,10 @@ while it is still in the early window (f ≤ ``EARLY_JUDGEMENT`` × ``min_fracti
 trial ahead of it by paired predictions: from t̂ 0.11 the reference over-rated such runs by 9–11%; it competes
 once past the window.
 
+Paired predictions need paired errors learned on such pairs: two trials whose LR decays lie further apart
+(``schedules.decay_distance``) than any pair the surrogate's paired errors were learned on
+(``info["pair_decay_distance"]``) are compared unpaired (``paired_decays``; BENCHMARKS §34).
+
 A competitor whose LR has decayed further than the trial's at the common fraction (another schedule: a decay
 from the start against a WSD run's stable phase) leads by its lower LR alone by as much as the surrogate's LR
 term says, a lead the trial gets at its own decay: the early loss ratio discounts it (``decayed_lead``; on
@@ -151,7 +155,8 @@ from collapse_hpo.predictors.predict import (
     shape_key,
     t_quantile,
 )
-from collapse_hpo.predictors.schedules import LR_ROUNDING
+from collapse_hpo.predictors.schedules import LR_ROUNDING, decay_distance, warmup_end
+from collapse_hpo.predictors.schedules import on_grid as _on_grid
 
 if TYPE_CHECKING:
     from collapse_hpo.predictors.predict import Prediction
@@ -671,7 +676,6 @@ CONTROL_TOLERANCE = 0.01
 #: Two schedule shapes are the same when their mean absolute difference over t̂ ∈ [0, 1] is below this (in
 #: units of the peak LR): linear and cosine decay differ by about 0.1, warm-ups of 5% and 10% by 0.03.
 SCHEDULE_TOLERANCE = 0.01
-_SCHEDULE_GRID = np.linspace(0.0, 1.0, 201)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # exact: Schedules are frozen and hashed by their fields
@@ -687,30 +691,6 @@ def same_schedule(a: Schedule, b: Schedule) -> bool:
     return bool(np.mean(diff) < SCHEDULE_TOLERANCE)
 
 
-@functools.lru_cache(maxsize=1 << 14)
-def _on_grid(schedule: Schedule) -> np.ndarray:
-    """The schedule on ``_SCHEDULE_GRID`` (read-only; computed once per schedule)."""
-    out = np.asarray(schedule(_SCHEDULE_GRID), dtype=float)
-    out.setflags(write=False)
-    return out
-
-
-@functools.lru_cache(maxsize=1 << 14)  # exact: Schedules are frozen and hashed by their fields
-def warmup_end(schedule: Schedule) -> float:
-    """The end of a schedule's warm-up: the first t̂ where the LR reaches ``WARMUP_PEAK`` of its peak (0 for
-    a schedule that starts at its peak), on ``_SCHEDULE_GRID`` (steps of 0.005). Before it a trial is not
-    paired with competitors of other controls (module docstring).
-    """
-    lr = _on_grid(schedule)
-    peak = float(np.max(lr))
-    if peak <= 0:
-        return 0.0
-    return float(_SCHEDULE_GRID[int(np.argmax(lr >= WARMUP_PEAK * peak))])
-
-
-#: ``warmup_end``: the LR counts as at its peak from this share of it on (a schedule read from logged LRs
-#: may never reach its nominal peak exactly).
-WARMUP_PEAK = 0.99
 
 
 def _same_value(a: float | None, b: float | None) -> bool:
@@ -786,6 +766,21 @@ def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
         return mean
     slope = float(np.dot(tc, gap - mean)) / spread
     return mean + min(slope, 0.0) * (at - t_mean)
+
+
+def paired_decays(surrogate: Surrogate, a: Schedule, b: Schedule) -> bool:
+    """Whether ``surrogate``'s paired errors cover two trials on schedules ``a`` and ``b``: their decays lie
+    no further apart (``schedules.decay_distance``) than those of the pairs the errors were learned on
+    (``info["pair_decay_distance"]``, written by calibration; at least ``SCHEDULE_TOLERANCE``, below which
+    schedules are one). A surrogate that does not record it (written before it) pairs any two trials.
+
+    The builtin prior learned its paired errors on runs of one linear decay: a WSD or constant-LR trial
+    paired with a linear one got its errors, and on a schedule sweep of our own trainer a WSD run predicted
+    14% below its end cut the linear best (BENCHMARKS §34)."""
+    learned = surrogate.info.get("pair_decay_distance")
+    if isinstance(learned, bool) or not isinstance(learned, int | float) or not math.isfinite(learned):
+        return True
+    return decay_distance(a, b) <= max(float(learned), SCHEDULE_TOLERANCE) + 1e-12
 
 
 def decayed_lead(
@@ -940,6 +935,7 @@ def _paired(
     skipped: set[int] = set()  # equal-controls competitors before the onset: they do not compete here
     warming: set[int] = set()  # other controls while this trial warms up: they do not compete either
     fresh: set[int] = set()  # faster competitors in the early window, this trial ahead: they wait
+    unlike: set[int] = set()  # decays further apart than the paired errors were learned on: unpaired
     for i, c in enumerate(comps):
         bar = math.nan
         how = "unpaired"
@@ -998,6 +994,9 @@ def _paired(
                     # prediction from there over-rates it (module docstring); it competes once past it.
                     fresh.add(i)
                     continue
+                elif surrogate is not None and surrogate.pair_bands and not paired_decays(
+                        surrogate, schedule, c.schedule):
+                    unlike.add(i)  # compared unpaired below: no learned error behind such a pair
                 elif surrogate is not None and surrogate.pair_bands:
                     if f not in paired_at:
                         paired_at[f] = paired_margin(surrogate, f, settings, floor)
@@ -1040,6 +1039,9 @@ def _paired(
     if fresh:
         waiting += (f"; {len(fresh)} with a shorter timescale (tau) not compared by predictions before "
                     f"t_hat={early_end:.3g}")
+    if unlike:
+        waiting += (f"; {len(unlike)} with an LR decay further from this trial's than the pairs its paired "
+                    "errors were learned on: compared unpaired")
     if n_paired == 0:  # nothing could be paired: the bars are the interval rule's, so is the decision
         if prediction is None:
             return Decision(

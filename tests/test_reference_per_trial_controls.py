@@ -32,8 +32,9 @@ def test_an_online_fit_on_trials_with_their_own_controls_pairs_them():
     surrogate = fit_surrogate(curves)
     # before: one curve group per fold, so no fold held two curves and there was no paired error model
     assert surrogate.pair_bands, surrogate.info["notes"]
-    # a running trial at yet another τ and warm-up is paired through the surrogate with each completed one,
-    # each predicted with its own controls
+    # a running trial at yet another τ and warm-up is paired through the surrogate with each completed one
+    # whose LR decay lies no further from its own than the fit's pairs did (BENCHMARKS §34), each predicted
+    # with its own controls; the one on a decay further apart (warm-up 2% against 15%) is compared unpaired
     (run,) = synthetic_curves(taus=(0.15,), tpps=(20.0,), schedule=Schedule(warmup=0.15), n_points=60,
                               final_loss=4.5, seed=9)
     keep = run.t_hat <= 0.4
@@ -41,7 +42,14 @@ def test_an_online_fit_on_trials_with_their_own_controls_pairs_them():
                                      tau=c.tau, tpp=c.tpp) for c in curves]
     d = decide(run.t_hat[keep], run.loss[keep], surrogate=surrogate, schedule=run.schedule, tau=run.tau,
                tpp=run.tpp, competitors=comps, settings=PruneSettings())
-    assert "paired at t_hat=" in d.reason and "4 of 4 competitor(s) paired" in d.reason
+    from collapse_hpo.predictors.schedules import decay_distance
+
+    learned = surrogate.info["pair_decay_distance"]
+    far = [decay_distance(run.schedule, c.schedule) > learned for c in curves]
+    assert far == [True, False, False, False]
+    assert "3 of 4 competitor(s) paired" in d.reason  # the best competitor, trial0, decides unpaired
+    assert "1 with an LR decay further from this trial's than the pairs its paired errors were learned on" \
+        in d.reason
     assert d.prune  # 50% worse than the best completed trial
     assert d.prediction.final_loss == pytest.approx(float(run.loss[-1]), rel=0.03)
     assert np.isfinite(d.threshold)

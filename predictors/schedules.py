@@ -233,9 +233,9 @@ def warmup_end(schedule: Schedule) -> float:
 @lru_cache(maxsize=1 << 16)
 def decay_distance(a: Schedule, b: Schedule) -> float:
     """How far two schedules' decays differ, their warm-ups aside: the mean |a(t̂) − b(t̂)| (units of the peak
-    LR) over the ``GRID`` points past both warm-ups; 0 for equal schedules. Linear and cosine decay from 5%
-    differ by about 0.1, a WSD decay over the last 20% and a linear decay by about 0.3, a constant LR and a
-    linear decay by 0.5."""
+    LR) over the ``GRID`` points past both warm-ups; 0 for equal schedules. From a 5% warm-up: linear and
+    cosine decay lie 0.068 apart, a linear decay and a WSD decay over the last 20% 0.39, a linear decay and a
+    constant LR 0.5; linear decays after warm-ups of 5% and 10%, 0.026."""
     if a == b:
         return 0.0
     past = max(warmup_end(a), warmup_end(b)) - 1e-12 <= GRID

@@ -127,6 +127,17 @@ class LocalRayCluster:
     port: int = field(default_factory=free_port)
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     nodes: list[Node] = field(default_factory=list)
+    #: Ports handed out so far: ``free_port`` frees its socket at once, so the OS may hand the same port out
+    #: again before a node binds it (a CI run saw the GCS port given to the head's dashboard agent too).
+    taken: set[int] = field(default_factory=set)
+
+    def fresh_port(self) -> int:
+        """A port free right now that this cluster has not handed out before (nor its GCS port)."""
+        self.taken.add(self.port)
+        while (port := free_port()) in self.taken:
+            pass
+        self.taken.add(port)
+        return port
 
     @property
     def address(self) -> str:
@@ -148,7 +159,7 @@ class LocalRayCluster:
                "--node-ip-address=127.0.0.1",
                "--object-store-memory", str(100 * 1024**2), *args]
         for flag in ports:
-            cmd += [flag, str(free_port())]
+            cmd += [flag, str(self.fresh_port())]
         if resources:
             cmd += ["--resources", json.dumps(resources)]
         log = self.root / f"{name}.log"

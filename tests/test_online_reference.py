@@ -555,3 +555,22 @@ def test_a_schedule_sweep_pairs_no_trials_whose_decays_differ_more_than_the_prio
     results = [simulate(sweep, factory(), orders[k], workers=2) for k in (0, 1, 3, 5, 10, 13)]
     assert not any(r.best_pruned for r in results)
     assert all(r.pruned.sum() >= 2 and r.compute < 0.9 for r in results)
+
+
+def test_a_trial_running_ahead_reads_the_shape_drift_of_witnesses_on_a_decay_like_its_own():
+    """BENCHMARKS §35. A trial that runs ahead is compared at its competitor's fraction f, moved by its own
+    predicted drift since f less the witnesses' mean drift (the shape's error between f and its fraction).
+    On a schedule sweep at 60 TPP the witnesses were WSD and constant-LR runs, whose predictions drift by
+    the LR decay still ahead of them (-9.6% to -12.6% against the linear best's -5.6% to -6.6%): the best was
+    cut in 3 of 20 orders (these three, 2 workers). Witnesses are now the runs on a decay the paired errors
+    cover for the trial's own (``paired_decays``): the best is kept."""
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import random_orders
+
+    sweep = make_sweep(read_curves_csv(ROOT / "studies/bench/artifacts/curves_schedules_tpp60.csv"))
+    assert sweep.curves[sweep.best].run == "linear_lr0.0136"
+    orders = random_orders(sweep.n_trials, 20, seed=0)
+    factory = peers.factory("collapse-online")
+    results = [simulate(sweep, factory(), orders[k], workers=2) for k in (0, 12, 14)]
+    assert not any(r.best_pruned for r in results)
+    assert all(r.pruned.sum() >= 1 and r.compute < 0.95 for r in results)

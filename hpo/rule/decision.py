@@ -1012,7 +1012,7 @@ def _paired(
                     if f not in drift_at:
                         if f not in own:
                             own[f] = at(f, t, y, schedule, tau, tpp)
-                        drift_at[f] = _ahead_drift(f, fraction, value, own[f], comps, at)
+                        drift_at[f] = _ahead_drift(f, fraction, value, own[f], comps, at, schedule, surrogate)
                     drift = drift_at[f]
                     if drift is not None:
                         log_ratio += drift[0]
@@ -1151,6 +1151,8 @@ def _ahead_drift(
     mine_at_f: float | None,
     comps: list[float | Prediction | Competitor],
     at: Any,
+    schedule: Schedule,
+    surrogate: Surrogate | None,
 ) -> tuple[float, str] | None:
     """How far this trial's news since fraction ``f`` moves its comparison with a competitor last seen at f.
 
@@ -1159,7 +1161,10 @@ def _ahead_drift(
     fractions). Part of D is the shape's error between f and p, shared by the sweep's trials, which the
     competitor, still at f, will see too; the rest is news about this trial. The shared part is estimated by
     the mean drift over f → p of the *witnesses*: the trial itself and up to ``AHEAD_WITNESSES`` competitors
-    whose curves reach p (completed trials, running ones ahead of it; the last ones in ``comps``). The shift
+    whose curves reach p on an LR decay the surrogate's paired errors cover for the trial's ``schedule``
+    (``paired_decays``; without a surrogate the same schedule) (completed trials, running ones ahead of it;
+    the last ones in ``comps``: the shape's error between two fractions moves with the LR schedule, and on a
+    schedule sweep the drifts of WSD and constant-LR runs cut a linear best, BENCHMARKS §34). The shift
     returned is D − mean(D), in log units, added to the log-ratio compared at f, with the margin used at f:
     its error, ε_T(p) − ε_C(f) plus the mean of the witnesses' ε(f) − ε(p) (ε each prediction's own miss), has
     about the variance of the paired error at f it replaces. With no witness but the trial the shift is 0.
@@ -1176,6 +1181,8 @@ def _ahead_drift(
         c for c in comps
         if isinstance(c, Competitor) and c.schedule is not None and len(c.t_hat)
         and c.last_at(fraction) is not None and c.last_at(fraction) >= fraction - 1e-9
+        and (paired_decays(surrogate, schedule, c.schedule) if surrogate is not None
+             else same_schedule(schedule, c.schedule))
     ]
     witnesses = witnesses[max(0, len(witnesses) - AHEAD_WITNESSES):]
     for c in witnesses:

@@ -813,9 +813,9 @@ def decayed_lead(
         q = surrogate.q(tpp)
     except (InputError, ValueError):
         return 0.0
-    e1, e2 = surrogate.eps1, surrogate.eps2
-    power = ((1.0 + e1) / (tp + e1)) ** surrogate.m
-    lead = np.log(power + b * (eta + e2) ** q) - np.log(power + b * (eta_c + e2) ** q)
+    # ℓ̂ of both runs with one b, q and end LR: its normalization cancels, the LR term's difference is left.
+    shape = surrogate.normalized_bq
+    lead = np.log(shape(tp, eta, 0.0, b, q)) - np.log(shape(tp, eta_c, 0.0, b, q))
     return max(0.0, float(np.mean(lead)))
 
 

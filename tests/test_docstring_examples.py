@@ -1,6 +1,7 @@
 """The docstrings' examples run and show what they say (doctest): the rule's home (hpo/rule/decision.py's
-module docstring), the judge's module, and the two adapters' classes, ``CollapsePruner`` and
-``CollapseScheduler`` (the scheduler's example builds a Tuner; the Tune run itself is skipped)."""
+module docstring), the judge's module, the tested prior's pooled count, and the two adapters' classes,
+``CollapsePruner`` and ``CollapseScheduler`` (the scheduler's example builds a Tuner; the Tune run itself is
+skipped)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def _run_examples(module_name: str, name: str) -> None:
     ("collapse_hpo.hpo.rule.decision", "collapse_hpo.hpo.rule.decision"),
     ("collapse_hpo.hpo.rule.judge", "collapse_hpo.hpo.rule.judge"),
     ("collapse_hpo.hpo.optuna_side.pruner", "CollapsePruner"),
+    ("collapse_hpo.predictors.prior", "pooled_count"),
 ])
 def test_examples_run(module_name, name):
     _run_examples(module_name, name)

@@ -25,7 +25,7 @@ from collapse_hpo.hpo.sweep.config import load_sweep
 from collapse_hpo.hpo.sweep.trial import build_pruner
 from collapse_hpo.predictors.curves import read_curves_csv
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.predict import predict_final_loss
+from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -87,13 +87,51 @@ def test_a_tested_prior_widens_for_curves_it_does_not_fit():
                             schedule=c.schedule, tau=c.tau, tpp=c.tpp))
     same, strayed = prior_for_sweep(prior, own), prior_for_sweep(prior, bent)
     assert len(same.tested) == len(strayed.tested) == 4
-    width = {name: t.surrogate.error_band(0.2).scale for name, t in (("same", same), ("strayed", strayed))}
-    assert width["same"] < 1.6 * prior.error_band(0.2).scale
+    def half(band):  # the 90% interval's half-width in log units (what the interval is)
+        return t_quantile(0.9, band.n) * band.scale * np.sqrt(1 + 1 / band.n)
+
+    width = {name: half(t.surrogate.error_band(0.2)) for name, t in (("same", same), ("strayed", strayed))}
+    assert width["same"] < 1.6 * half(prior.error_band(0.2))
     assert width["strayed"] > 2 * width["same"]
     assert strayed.miss > 3 * same.miss
     # paired errors: kept where the prior's shape fits as on its family (§32), dropped where the curves stray
     assert same.surrogate.pair_bands == prior.pair_bands and not strayed.surrogate.pair_bands
     assert BUILTIN_PRIOR.is_file()
+
+
+def test_a_tested_priors_count_follows_the_term_that_dominates_its_width(monkeypatch):
+    """BENCHMARKS §36. A tested prior's band adds the prior's own error (learned on 4 folds) and the sweep's
+    shape miss (measured on up to 16 curves); its Student-t count is their Welch-Satterthwaite pooled count.
+    Where the miss dominates (a random-configuration sweep) the count follows the tested curves and the 90%
+    interval narrows against the old rule (the smaller count, 4: t = 2.35); where the prior fits (its
+    own trainer's τ-held sweep) the count stays near the prior's at t̂ 0.5. On the 99K LR sweep at fixed
+    λ the narrower band prunes 3 more trials in one order (0.594 → 0.515 of the compute), the best kept."""
+    import collapse_hpo.predictors.prior as prior_module
+    from collapse_hpo.hpo.replays import peers
+    from collapse_hpo.hpo.replays.replay import random_orders
+    prior, _ = load_prior("builtin")
+    art = ROOT / "studies/bench/artifacts"
+    rnd = prior_for_sweep(prior, read_curves_csv(art / "curves_random_s0.csv"))
+    own = prior_for_sweep(prior, [c for c in read_curves_csv(art / "curves_lr_tau_full.csv")
+                                  if c.run.startswith("lr_tau_s0_")])
+    assert len(rnd.tested) == 16 and len(own.tested) >= 4
+    for p in (0.1, 0.3, 0.5):
+        b0, b = prior.error_band(p), rnd.surrogate.error_band(p)
+        assert b0.n == 4 and b.n > 10, (p, b.n)
+        extra = prior_module.SHAPE_MISS_WEIGHT * rnd.miss * np.log(1 / p)
+        assert b.n == prior_module.pooled_count(b0.scale, b0.n, extra, len(rnd.tested))
+        half = t_quantile(0.9, b.n) * np.sqrt(1 + 1 / b.n)
+        assert half < 0.8 * t_quantile(0.9, 4) * np.sqrt(1 + 1 / 4)  # the old count's factor
+    # where the prior fits, its own error dominates late and the count stays near the prior's
+    assert own.surrogate.error_band(0.5).n <= 5 < rnd.surrogate.error_band(0.5).n
+
+    sweep = make_sweep(read_curves_csv(art / "curves_lr_lambda_full.csv"))
+    order = random_orders(sweep.n_trials, 10, seed=0)[6]
+    pooled = simulate(sweep, peers.factory("collapse-online")(), order, workers=4)
+    monkeypatch.setattr(prior_module, "pooled_count", lambda s, n, e, m: max(min(n, m + 1), 2))
+    smaller = simulate(sweep, peers.factory("collapse-online")(), order, workers=4)
+    assert not pooled.best_pruned and not smaller.best_pruned
+    assert pooled.pruned.sum() == smaller.pruned.sum() + 3 and pooled.compute < smaller.compute - 0.05
 
 
 def test_the_priors_family_bias_widens_its_interval_instead_of_shifting_it():

@@ -25,10 +25,14 @@ less compute.
 ``EVAL_EVERY`` (its block's line is replaced before it runs; BENCHMARKS §21: every 4 of 200 steps, a loss
 every 2% of training, as the README advises).
 
+``--write-curves DIR`` instead trains the Optuna example's draws of each seed with no pruning and writes
+their curves to ``DIR/curves_readme_s<seed>.csv`` (``curves_readme_every<N>_s<seed>.csv`` with
+``--eval-every N``), for ``collapse-hpo replay`` (BENCHMARKS §36).
+
 ``.venv/bin/python studies/bench/readme_examples.py [--part optuna|ray] [--seeds 4] [--trials 20]
-[--ray-seeds 3] [--samples 16] [--eval-every N]`` (about 4 minutes for the Optuna part and 13 for the Ray
-part on 2 cores at a load average of 20, at ``nice``; a Tune sweep costs about 1 minute more than the same
-Optuna sweep).
+[--ray-seeds 3] [--samples 16] [--eval-every N] [--write-curves DIR]`` (about 4 minutes for the Optuna part
+and 13 for the Ray part on 2 cores at a load average of 20, at ``nice``; a Tune sweep costs about 1 minute
+more than the same Optuna sweep).
 """
 
 from __future__ import annotations
@@ -210,6 +214,29 @@ def bench(part: str, rules: tuple[str, ...], seeds: int, trials: int, eval_every
     return lines
 
 
+def write_curves(path: Path, seed: int, trials: int, eval_every: int | None = None) -> str:
+    """Train the README Optuna example's draws for sampler ``seed`` with no pruning and write their curves to
+    ``path`` (a curve CSV: run ``readme_s<seed>_t<trial>``, t̂ = step / STEPS, the validation loss, the LR at
+    that step from the example's own ``lr_factor``, τ from its ``step_tau``), for ``collapse-hpo replay``.
+    Returns a one-line summary."""
+    ns = example("optuna", eval_every)
+    study = optuna.create_study(pruner=optuna.pruners.NopPruner(),
+                                sampler=optuna.samplers.RandomSampler(seed=seed))
+    study.optimize(ns["objective"], n_trials=trials)
+    steps = ns["STEPS"]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("run,t_hat,loss,lr,tau,tpp\n")
+        for t in study.trials:
+            lr, wd, warmup = t.params["lr"], t.params["weight_decay"], t.params["warmup"]
+            tau = ns["step_tau"](lr, wd, steps)
+            for step, loss in sorted(t.intermediate_values.items()):
+                eta = max(lr * ns["lr_factor"](step, warmup), 0.0)
+                fh.write(f"readme_s{seed}_t{t.number},{step / steps!r},{loss!r},{eta!r},{tau!r},\n")
+    best = study.best_trial
+    return (f"{path}: {len(study.trials)} runs, best readme_s{seed}_t{best.number} {best.value:.4f} "
+            f"(warm-up {best.params['warmup']:.3f})")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=("optuna", "ray", "both"), default="both")
@@ -223,11 +250,23 @@ def main(argv: list[str] | None = None) -> None:
                     help="also the collapse rule with min_fraction at this value (repeatable)")
     ap.add_argument("--eval-every", type=int, default=None,
                     help="optimizer steps between two validation losses (default: the README's EVAL_EVERY)")
+    ap.add_argument("--write-curves", metavar="DIR", default=None,
+                    help="instead: write the Optuna example's unpruned curves of each seed to "
+                         "DIR/curves_readme[_every<N>]_s<seed>.csv (for collapse-hpo replay), then stop")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore")
     if args.eval_every is not None and args.eval_every < 1:
         ap.error(f"--eval-every must be a positive number of optimizer steps, got {args.eval_every}")
+    if args.write_curves is not None:
+        out = Path(args.write_curves)
+        if not out.is_dir():
+            ap.error(f"--write-curves {out}: no such directory")
+        every = "" if args.eval_every is None else f"_every{args.eval_every}"
+        for seed in range(args.seeds):
+            print(write_curves(out / f"curves_readme{every}_s{seed}.csv", seed, args.trials, args.eval_every),
+                  flush=True)
+        return
     knobs = [f"collapse@{m:g}" for m in args.margin]
     knobs += [f"collapse@min_fraction={f:g}" for f in args.min_fraction]
     tables = []

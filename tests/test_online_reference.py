@@ -25,7 +25,7 @@ from collapse_hpo.hpo.sweep.config import load_sweep
 from collapse_hpo.hpo.sweep.trial import build_pruner
 from collapse_hpo.predictors.curves import read_curves_csv
 from collapse_hpo.predictors.errors import InputError
-from collapse_hpo.predictors.predict import predict_final_loss, t_quantile
+from collapse_hpo.predictors.predict import interval, predict_final_loss
 from collapse_hpo.predictors.prior import BUILTIN_PRIOR, load_prior, prior_for_sweep
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import Surrogate
@@ -75,6 +75,12 @@ def test_every_quickstart_prune_shows_a_prediction(no_decay):
         assert e.predicted_low <= e.predicted_final_loss <= e.predicted_high
 
 
+def _half_width(band) -> float:
+    """The 90% interval's half-width of ``band`` in log units (``predict.interval``'s, around a loss of 1)."""
+    low, high = interval(1.0, band, 0.9)
+    return float(np.log(high / low) / 2)
+
+
 def test_a_tested_prior_widens_for_curves_it_does_not_fit():
     """The prior's interval stays as it is on curves of its own shape and widens on curves that stray."""
     prior, _ = load_prior("builtin")
@@ -87,11 +93,9 @@ def test_a_tested_prior_widens_for_curves_it_does_not_fit():
                             schedule=c.schedule, tau=c.tau, tpp=c.tpp))
     same, strayed = prior_for_sweep(prior, own), prior_for_sweep(prior, bent)
     assert len(same.tested) == len(strayed.tested) == 4
-    def half(band):  # the 90% interval's half-width in log units (what the interval is)
-        return t_quantile(0.9, band.n) * band.scale * np.sqrt(1 + 1 / band.n)
-
-    width = {name: half(t.surrogate.error_band(0.2)) for name, t in (("same", same), ("strayed", strayed))}
-    assert width["same"] < 1.6 * half(prior.error_band(0.2))
+    width = {name: _half_width(t.surrogate.error_band(0.2))
+             for name, t in (("same", same), ("strayed", strayed))}
+    assert width["same"] < 1.6 * _half_width(prior.error_band(0.2))
     assert width["strayed"] > 2 * width["same"]
     assert strayed.miss > 3 * same.miss
     # paired errors: kept where the prior's shape fits as on its family (§32), dropped where the curves stray
@@ -109,6 +113,7 @@ def test_a_tested_priors_count_follows_the_term_that_dominates_its_width(monkeyp
     import collapse_hpo.predictors.prior as prior_module
     from collapse_hpo.hpo.replays import peers
     from collapse_hpo.hpo.replays.replay import random_orders
+
     prior, _ = load_prior("builtin")
     art = ROOT / "studies/bench/artifacts"
     rnd = prior_for_sweep(prior, read_curves_csv(art / "curves_random_s0.csv"))
@@ -120,8 +125,8 @@ def test_a_tested_priors_count_follows_the_term_that_dominates_its_width(monkeyp
         assert b0.n == 4 and b.n > 10, (p, b.n)
         extra = prior_module.SHAPE_MISS_WEIGHT * rnd.miss * np.log(1 / p)
         assert b.n == prior_module.pooled_count(b0.scale, b0.n, extra, len(rnd.tested))
-        half = t_quantile(0.9, b.n) * np.sqrt(1 + 1 / b.n)
-        assert half < 0.8 * t_quantile(0.9, 4) * np.sqrt(1 + 1 / 4)  # the old count's factor
+        # the interval narrows against the old count (4) on the same width
+        assert _half_width(b) < 0.8 * _half_width(dataclasses.replace(b, n=4))
     # where the prior fits, its own error dominates late and the count stays near the prior's
     assert own.surrogate.error_band(0.5).n <= 5 < rnd.surrogate.error_band(0.5).n
 

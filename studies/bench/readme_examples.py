@@ -55,10 +55,13 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from readme_util import readme_blocks
+
+from collapse_hpo.predictors.curves import Curve, write_curves_csv
 
 OPTUNA_HEADING = "## In a plain Optuna objective"
 RAY_HEADING = "## In an existing Ray Tune job: `CollapseScheduler`"
@@ -224,14 +227,18 @@ def write_curves(path: Path, seed: int, trials: int, eval_every: int | None = No
                                 sampler=optuna.samplers.RandomSampler(seed=seed))
     study.optimize(ns["objective"], n_trials=trials)
     steps = ns["STEPS"]
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("run,t_hat,loss,lr,tau,tpp\n")
-        for t in study.trials:
-            lr, wd, warmup = t.params["lr"], t.params["weight_decay"], t.params["warmup"]
-            tau = ns["step_tau"](lr, wd, steps)
-            for step, loss in sorted(t.intermediate_values.items()):
-                eta = max(lr * ns["lr_factor"](step, warmup), 0.0)
-                fh.write(f"readme_s{seed}_t{t.number},{step / steps!r},{loss!r},{eta!r},{tau!r},\n")
+    curves = []
+    for t in study.trials:
+        lr, wd, warmup = t.params["lr"], t.params["weight_decay"], t.params["warmup"]
+        reported = sorted(t.intermediate_values.items())
+        curves.append(Curve(
+            run=f"readme_s{seed}_t{t.number}",
+            t_hat=np.array([step / steps for step, _ in reported]),
+            loss=np.array([loss for _, loss in reported]),
+            lr=np.array([max(lr * ns["lr_factor"](step, warmup), 0.0) for step, _ in reported]),
+            tau=ns["step_tau"](lr, wd, steps),
+        ))
+    write_curves_csv(path, curves)
     best = study.best_trial
     return (f"{path}: {len(study.trials)} runs, best readme_s{seed}_t{best.number} {best.value:.4f} "
             f"(warm-up {best.params['warmup']:.3f})")

@@ -29,6 +29,12 @@ KINDS = ("linear", "cosine", "wsd", "constant", "data")
 LR_ROUNDING = 1e-6
 
 
+#: ``Schedule.__call__`` memoizes 1-D arrays of at most this many points (a window of reports), at most
+#: ``MEMO_SIZE`` of them per schedule (then it starts over).
+MEMO_POINTS = 64
+MEMO_SIZE = 256
+
+
 @dataclass(frozen=True)
 class Schedule:
     """An LR schedule shape over t̂ ∈ [0, 1], scaled to peak 1.
@@ -49,6 +55,10 @@ class Schedule:
     _x: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _y: np.ndarray | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _end: float | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    # η/η_peak at short arrays of t̂ asked before (``__call__``), by their bytes: a pruner reads a competitor's
+    # LR over the same report points for every trial judged at a fraction (BENCHMARKS §37)
+    _memo: dict[bytes, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False,
+                                                   hash=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -80,17 +90,36 @@ class Schedule:
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, t_hat: float | np.ndarray) -> float | np.ndarray:
-        """η(t̂)/η_peak in [0, 1] at the training fraction(s) ``t_hat`` (clipped to [0, 1])."""
-        scalar = np.ndim(t_hat) == 0
-        t = np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)
+        """η(t̂)/η_peak in [0, 1] at the training fraction(s) ``t_hat`` (clipped to [0, 1]); an array in, a
+        new array out (a 1-D one of at most ``MEMO_POINTS`` points is read from the memo of earlier calls)."""
+        if np.ndim(t_hat) == 0:
+            return float(self._at(np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)))
+        arr = np.asarray(t_hat, dtype=float)
+        if arr.ndim != 1 or arr.size > MEMO_POINTS:
+            return self._at(np.clip(arr, 0.0, 1.0))
+        key = arr.tobytes()
+        memo = self._memo
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_memo", memo)
+        hit = memo.get(key)
+        if hit is None:
+            hit = self._at(np.clip(arr, 0.0, 1.0))
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[key] = hit
+        return hit.copy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its memo (a schedule sent to a worker process or a Ray actor stays small)."""
+        return {**self.__dict__, "_memo": None}
+
+    def _at(self, t: np.ndarray) -> np.ndarray:
+        """η(t̂)/η_peak at ``t`` (within [0, 1])."""
         if self.kind == "data":
             assert self._x is not None and self._y is not None
-            out = np.interp(t, self._x, self._y)
-        else:
-            out = self._shape(t)
-        if scalar:
-            return float(out)
-        return out
+            return np.interp(t, self._x, self._y)
+        return self._shape(t)
 
     def end(self) -> float:
         """η(1)/η_peak: ``self(1.0)``, computed once per schedule (every prediction divides by it)."""

@@ -702,3 +702,17 @@ def test_the_early_loss_ratio_discounts_a_competitors_lead_from_an_lr_that_decay
     assert _schedule_case(linear, None).prune
     same = _schedule_case(Schedule(kind="wsd", decay=0.2), prior)
     assert same.prune and "lower LR" not in same.reason and "4.50% ahead" in same.reason
+
+
+def test_the_rules_mean_is_numpys_to_the_bit():
+    """``decision._mean`` (the paired comparison's means without numpy's dispatch) is ``np.mean`` to the
+    last bit: on contiguous arrays and strided views, of lengths on both sides of numpy's pairwise block."""
+    from collapse_hpo.hpo.rule.decision import _mean
+
+    rng = np.random.default_rng(0)
+    for n in [1, 2, 3, 7, 8, 9, 50, 127, 128, 129, 300]:
+        for _ in range(20):
+            a = rng.standard_normal(2 * n) * rng.uniform(1e-4, 1e4)
+            for x in (a[:n], a[1 : n + 1], a[::2]):
+                assert _mean(x) == float(np.mean(x))
+

@@ -1,5 +1,7 @@
 """Schedules: shapes over t̂, the trainer's LR at a token count, data schedules, parsing and bad input."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,33 @@ def test_round_trip_and_parse():
 def test_bad_specs_raise_input_error(bad):
     with pytest.raises(InputError, match="schedule"):
         Schedule.parse(bad)
+
+
+@pytest.mark.parametrize("schedule", [
+    Schedule(kind="cosine", warmup=0.07, final=0.1),
+    Schedule(kind="wsd", warmup=0.02, decay=0.2),
+    Schedule(kind="data", points=((0.0, 0.1), (0.1, 1.0), (1.0, 0.0))),
+])
+def test_a_schedules_memo_gives_new_arrays_equal_to_evaluating_anew(schedule, monkeypatch):
+    """``Schedule.__call__`` keeps short 1-D arrays it evaluated (a pruner reads the same report points of a
+    competitor for every trial judged there): each call returns a new array, equal to the bit to evaluating
+    anew, which the caller may change without changing a later answer; the memo stays bounded."""
+    from collapse_hpo.predictors import schedules
+
+    t = np.array([0.02, 0.05, 0.1, 0.5, 0.95, 1.2])
+    first = schedule(t)
+    again = schedule(t.copy())
+    assert again is not first and np.array_equal(first, again)
+    first[:] = -1.0
+    assert np.array_equal(schedule(t), again)
+    with monkeypatch.context() as m:  # the memo off: evaluated anew
+        m.setattr(schedules, "MEMO_POINTS", -1)
+        assert schedule(t).tobytes() == again.tobytes()
+    assert schedule(0.1) == float(again[2])
+    long = np.linspace(0.0, 1.0, schedules.MEMO_POINTS + 1)  # longer arrays are not kept
+    assert np.array_equal(schedule(long), Schedule.from_dict(schedule.to_dict())(long))
+    for k in range(schedules.MEMO_SIZE + 5):
+        schedule(np.array([k / 1000.0]))
+    assert len(schedule._memo) <= schedules.MEMO_SIZE
+    copy = pickle.loads(pickle.dumps(schedule))  # sent to a worker: without the memo, the same schedule
+    assert copy == schedule and copy._memo is None and np.array_equal(copy(t), again)

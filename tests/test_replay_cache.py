@@ -12,7 +12,7 @@ from collapse_hpo.hpo.optuna_side import pruner
 from collapse_hpo.hpo.replays import peers
 from collapse_hpo.hpo.replays.replay import ReplayCaches, make_sweep, random_orders, replay, simulate
 from collapse_hpo.hpo.rule import decision, judge, record, reference
-from collapse_hpo.predictors import predict
+from collapse_hpo.predictors import predict, schedules
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand
@@ -86,6 +86,9 @@ def disable_caches(m: pytest.MonkeyPatch) -> None:
         return decision._same_value(tau, other.tau) and decision._same_value(tpp, other.tpp)
 
     m.setattr(decision, "same_controls", same_controls)
+    # Issue 20 (replay speed, BENCHMARKS §37): schedules evaluated anew at every call, numpy's own means.
+    m.setattr(schedules, "MEMO_POINTS", -1)
+    m.setattr(decision, "_mean", lambda x: float(np.mean(x)))
 
 
 class _NoStore(dict):

@@ -195,8 +195,9 @@ class CollapsePruner(BasePruner):
         # What this process knows of each running trial it judged, by (storage, trial id): see ``prune``.
         self._known: dict[tuple[int, int], _Known] = {}
         # The latest view built of each stored trial (by storage id): (the FrozenTrial it was built from, its
-        # fingerprint, the view). Reused while the storage hands out the same, unchanged FrozenTrial.
-        self._views: dict[int, tuple[FrozenTrial, tuple[Any, ...], TrialView]] = {}
+        # fingerprint, the view, whether that trial had finished). Reused while the storage hands out the
+        # same, unchanged FrozenTrial.
+        self._views: dict[int, tuple[FrozenTrial, tuple[Any, ...], TrialView, bool]] = {}
         self._entries: dict[int, tuple[Any, DecisionEntry | None]] = {}  # read_log's memo of parsed entries
         # The controls merged from a trial's control attrs, by the identity of those attr values (kept alive
         # in the entry): a storage hands the same objects back while the attrs are unchanged (``_merged``).
@@ -327,16 +328,25 @@ class CollapsePruner(BasePruner):
         out: list[TrialView] = []
         append = out.append
         for t in trials:
-            hit = cache.get(store.trial_id_of(t))
+            trial_id = store.trial_id_of(t)
+            hit = cache.get(trial_id)
+            # The object a view was built from when its trial had finished: nothing of it changes, so the
+            # fingerprint need not be read (most trials of a sweep, at every judgement).
+            if hit is not None and hit[0] is t and hit[3]:
+                append(hit[2])
+                continue
             fingerprint = (t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
+            finished = t.state.is_finished()
             # A finished trial never changes (Optuna refuses writes to it), so its view is reused even when
             # a database storage hands out a new object for it.
-            if hit is not None and hit[1] == fingerprint and (hit[0] is t or t.state.is_finished()):
+            if hit is not None and hit[1] == fingerprint and (hit[0] is t or finished):
+                if finished and hit[0] is not t:
+                    cache[trial_id] = (t, fingerprint, hit[2], True)
                 append(hit[2])
                 continue
             view = self._view(t)
             # One dict store: atomic under the GIL (an Optuna study's workers in threads).
-            cache[store.trial_id_of(t)] = (t, fingerprint, view)
+            cache[trial_id] = (t, fingerprint, view, finished)
             append(view)
         return out
 

@@ -717,6 +717,13 @@ def same_controls(schedule: Schedule, tau: float | None, tpp: float | None, othe
     return same_schedule(schedule, other.schedule)
 
 
+def _mean(x: np.ndarray) -> float:
+    """``float(np.mean(x))`` of a non-empty 1-D float64 array, to the bit (numpy's mean is this sum over the
+    count) without its per-call dispatch: the paired comparison takes a few means per competitor, tens of
+    thousands per replay. tests/test_decision.py checks the bits against ``np.mean``."""
+    return float(np.add.reduce(x)) / x.size
+
+
 def loss_log_ratio(
     t: np.ndarray, y: np.ndarray, ct: np.ndarray, cy: np.ndarray, f: float, align_start: float, *,
     log_y: np.ndarray | None = None, log_cy: np.ndarray | None = None, onset: float = 0.0,
@@ -729,7 +736,7 @@ def loss_log_ratio(
     them already (one judgement compares one trial with every competitor).
     """
     window = _window_gap(t, y, ct, cy, f, align_start, log_y=log_y, log_cy=log_cy, onset=onset)
-    return None if window is None else float(np.mean(window[1]))
+    return None if window is None else _mean(window[1])
 
 
 def _window_gap(
@@ -756,10 +763,10 @@ def _closing_projection(t: np.ndarray, gap: np.ndarray, at: float) -> float:
     """The log loss ratio ``gap`` (trial over competitor, at the trial's points ``t``) read at t̂ = ``at`` off
     its least-squares line when the line falls (the trial catching up), else its mean: never above the mean,
     so a trial falling further behind is judged as by the mean. Fewer than 3 points: the mean."""
-    mean = float(np.mean(gap))
+    mean = _mean(gap)
     if gap.size < 3:
         return mean
-    t_mean = float(np.mean(t))
+    t_mean = _mean(t)
     tc = t - t_mean
     spread = float(np.dot(tc, tc))
     if spread <= 0.0:
@@ -816,7 +823,7 @@ def decayed_lead(
     # ℓ̂ of both runs with one b, q and end LR: its normalization cancels, the LR term's difference is left.
     shape = surrogate.normalized_bq
     lead = np.log(shape(tp, eta, 0.0, b, q)) - np.log(shape(tp, eta_c, 0.0, b, q))
-    return max(0.0, float(np.mean(lead)))
+    return max(0.0, _mean(lead))
 
 
 def faster_timescale(tau: float | None, other: float | None) -> bool:
@@ -965,7 +972,7 @@ def _paired(
                     window = _window_gap(t, y, ct, cy, f, align_start, log_y=log_y, log_cy=c.log_loss())
                     how = f"early loss ratio at t_hat={f:.3g}"
                     if window is not None:
-                        log_ratio = float(np.mean(window[1]))
+                        log_ratio = _mean(window[1])
                         if faster_timescale(tau, c.tau):
                             at_t = EARLY_PROJECTION * f
                             closing = _closing_projection(*window, at_t)

@@ -95,16 +95,22 @@ class TrialMemo:
 
     def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> _MemoEntry:
         trial_id = getattr(t, "_trial_id", None)
-        fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
         table = self._table(defaults)
         hit = table.get(trial_id) if trial_id is not None else None
+        # The object read when the trial had finished: nothing of it changes (Optuna refuses writes to a
+        # finished trial), so neither does its fingerprint; most trials of a sweep are such, at every read.
+        if hit is not None and hit.trial is t and hit.finished:
+            return hit
+        fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
         if hit is not None and hit.fingerprint == fingerprint and (hit.trial is t or t.state.is_finished()):
+            if hit.trial is not t and t.state.is_finished():  # the same finished trial, read anew: keep it
+                hit.trial, hit.finished = t, True
             return hit
         try:
             controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
-        entry = _MemoEntry(t, fingerprint, controls)
+        entry = _MemoEntry(t, fingerprint, controls, t.state.is_finished())
         if trial_id is not None:
             if len(table) >= 100_000:
                 table.clear()
@@ -145,6 +151,11 @@ class TrialMemo:
         controls do not parse), with one lookup: an online reference asks this of every trial at every
         judgement (``_reaching``), and the reach depends only on what the entry holds (the controls, the
         count of reports and the last step)."""
+        last = self._last  # ``_entry``'s first test inlined: most trials are finished ones read before
+        if last is not None and last[0] is defaults:
+            hit = last[1].get(getattr(t, "_trial_id", None))
+            if hit is not None and hit.trial is t and hit.finished and hit.reach is not _UNSET:
+                return hit.controls, hit.reach
         entry = self._entry(t, defaults)
         if entry.reach is _UNSET:
             controls = entry.controls
@@ -171,13 +182,15 @@ _UNSET: Any = object()  # an entry's field not read yet (None is a value: "no la
 @dataclass(slots=True)
 class _MemoEntry:
     """What ``TrialMemo`` holds of one stored version of a trial: the trial object and its fingerprint (what
-    tells a stale entry), its controls (or why they do not parse), and four reads made when first asked
+    tells a stale entry), its controls (or why they do not parse), whether the trial had finished when read
+    (its object then never changes), and four reads made when first asked
     (``_UNSET`` until then): its curve (or the InputError building it raised), its last reported step, its
     reach and its reaching curves."""
 
     trial: Any
     fingerprint: tuple[Any, ...]
     controls: Any
+    finished: bool = False
     curve: Any = _UNSET
     last_step: Any = _UNSET
     reach: Any = _UNSET

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -883,12 +883,9 @@ def _pair_bands(
     for p in fractions:
         diffs: list[float] = []
         used: set[int] = set()
-        for f in set(fold_of.values()):
-            have = [i for i in sorted(residuals) if fold_of.get(i) == f and residuals[i].get(p) is not None]
-            for a in range(len(have)):
-                for b in range(a + 1, len(have)):
-                    diffs.append(residuals[have[a]][p] - residuals[have[b]][p])
-                    used.update((have[a], have[b]))
+        for i, j in _fold_pairs(residuals, fold_of, lambda r, p=p: r.get(p) is not None):
+            diffs.append(residuals[i][p] - residuals[j][p])
+            used.update((i, j))
         if not diffs:
             continue
         d = np.array(diffs, dtype=float)
@@ -911,14 +908,23 @@ def pair_decay_distance(
     the decays of the pairs behind ``pair_bands`` lay (None when no fold held two curves). A paired
     comparison of two trials whose decays lie further apart has no learned error behind it."""
     worst: float | None = None
+    for i, j in _fold_pairs(residuals, fold_of, lambda r: any(v is not None for v in r.values())):
+        d = decay_distance(curves[i].schedule, curves[j].schedule)
+        worst = d if worst is None else max(worst, d)
+    return worst
+
+
+def _fold_pairs(
+    residuals: dict[int, dict], fold_of: dict[int, int], has: Callable[[dict], bool]
+) -> Iterator[tuple[int, int]]:
+    """Every pair (i, j), i < j, of curves held out in one fold whose residuals (by fraction) pass ``has``:
+    the pairs behind ``_pair_bands`` (at one fraction) and ``pair_decay_distance`` (at any), fold by fold in
+    one order."""
     for f in set(fold_of.values()):
-        have = [i for i in sorted(residuals) if fold_of.get(i) == f and any(
-            v is not None for v in residuals[i].values())]
+        have = [i for i in sorted(residuals) if fold_of.get(i) == f and has(residuals[i])]
         for a in range(len(have)):
             for b in range(a + 1, len(have)):
-                d = decay_distance(curves[have[a]].schedule, curves[have[b]].schedule)
-                worst = d if worst is None else max(worst, d)
-    return worst
+                yield have[a], have[b]
 
 
 #: ``Surrogate.lead_bands`` measure how far a worse run led the reference's best LEAD_TOP_SHARE of its runs

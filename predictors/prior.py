@@ -71,8 +71,10 @@ from collapse_hpo.predictors.surrogate import ErrorBand, Surrogate
 
 #: The builtin prior's name in specs and labels.
 BUILTIN = "builtin"
-#: The builtin prior: calibrated on studies/bench/artifacts/curves_collapse_{tau,lambda}_full.csv (14 runs of
-#: the project's trainer at 20 TPP, τ 0.04–0.18, 5 held-out folds), shipped with the package.
+#: The builtin prior: ``calibrate`` at its defaults on
+#: studies/bench/artifacts/curves_collapse_{tau,lambda}_full.csv (14 runs of the project's trainer at 20 TPP,
+#: τ 0.04–0.18, 4 held-out groups), shipped with the package
+#: (tests/test_online_reference.py::test_the_builtin_prior_is_its_familys_calibration recalibrates it).
 BUILTIN_PRIOR = Path(__file__).resolve().parent / "data" / "builtin_prior.json"
 #: On a sweep the prior was not fitted on, its interval at this confidence (the rule's default) is exactly the
 #: union of its interval shifted by its family's bias and the same interval centred on the prediction; at

@@ -169,6 +169,40 @@ def test_the_priors_family_bias_widens_its_interval_instead_of_shifting_it():
     assert p.low == pytest.approx(shifted.low) and p.high > p.final_loss > shifted.high
 
 
+def test_the_builtin_prior_is_its_familys_calibration():
+    """The shipped builtin prior is ``calibrate`` at its defaults on its 14 family runs, as its notes say: its
+    constants, error bands, paired errors and ``pair_decay_distance`` agree with a calibration made now to
+    the last digits of a float sum. A change to calibration, or to those curves, fails here: the prior must
+    then be recalibrated (and the replays of BENCHMARKS.md rerun). Its lead bands are not shipped: 14 runs
+    are fewer than a winners' lead needs (``LEAD_MIN_RUNS``), so none would ever be used."""
+    from collapse_hpo.hpo.rule.decision import LEAD_MIN_RUNS
+    from collapse_hpo.predictors.calibrate import calibrate
+
+    prior, _ = load_prior("builtin")
+    art = ROOT / "studies/bench/artifacts"
+    family = (read_curves_csv(art / "curves_collapse_tau_full.csv")
+              + read_curves_csv(art / "curves_collapse_lambda_full.csv"))
+    again = calibrate(family).surrogate
+    assert not prior.lead_bands and again.lead_bands and all(b.n < LEAD_MIN_RUNS for b in again.lead_bands)
+    assert "calibrate at its defaults" in " ".join(prior.info["notes"])
+
+    def numbers(x, path=""):  # every number of a to_dict(), by its path
+        if isinstance(x, dict):
+            return {k: v for key in x for k, v in numbers(x[key], f"{path}/{key}").items()}
+        if isinstance(x, list):
+            return {k: v for i, item in enumerate(x) for k, v in numbers(item, f"{path}[{i}]").items()}
+        return {path: x} if isinstance(x, int | float) and not isinstance(x, bool) else {}
+
+    shipped = numbers({**prior.to_dict(), "lead_bands": []})
+    made = numbers({**again.to_dict(), "lead_bands": []})
+    made.pop("/info/family_shape_miss", None)
+    shipped_miss = shipped.pop("/info/family_shape_miss")
+    assert shipped.keys() == made.keys() and len(made) > 50
+    for key, value in made.items():
+        assert shipped[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+    assert prior_for_sweep(again, family).miss == pytest.approx(shipped_miss, rel=1e-9)
+
+
 def test_the_prior_keeps_its_paired_errors_on_a_sweep_its_shape_fits_as_well_as_its_own_family():
     """BENCHMARKS §32. The builtin prior's paired errors serve a sweep on which its shape misses no more than
     on its own calibration family (U ≤ info["family_shape_miss"], from 3 tested curves on): the 99K LR

@@ -98,7 +98,7 @@ class Schedule:
         if arr.ndim != 1 or arr.size > MEMO_POINTS:
             return self._at(np.clip(arr, 0.0, 1.0))
         key = arr.tobytes()
-        memo = self._memo
+        memo = getattr(self, "_memo", None)  # absent in a schedule pickled before the memo existed
         if memo is None:
             memo = {}
             object.__setattr__(self, "_memo", memo)

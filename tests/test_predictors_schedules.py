@@ -102,3 +102,6 @@ def test_a_schedules_memo_gives_new_arrays_equal_to_evaluating_anew(schedule, mo
     assert len(schedule._memo) <= schedules.MEMO_SIZE
     copy = pickle.loads(pickle.dumps(schedule))  # sent to a worker: without the memo, the same schedule
     assert copy == schedule and copy._memo is None and np.array_equal(copy(t), again)
+    older = Schedule.__new__(Schedule)  # pickled before the memo existed: no such attribute at all
+    older.__dict__.update({k: v for k, v in schedule.__dict__.items() if k != "_memo"})
+    assert older == schedule and np.array_equal(older(t), again)

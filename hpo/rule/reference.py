@@ -102,15 +102,16 @@ class TrialMemo:
         if hit is not None and hit.trial is t and hit.finished:
             return hit
         fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
-        if hit is not None and hit.fingerprint == fingerprint and (hit.trial is t or t.state.is_finished()):
-            if hit.trial is not t and t.state.is_finished():  # the same finished trial, read anew: keep it
+        finished = t.state.is_finished()
+        if hit is not None and hit.fingerprint == fingerprint and (hit.trial is t or finished):
+            if finished and hit.trial is not t:  # the same finished trial, read anew: keep its new object
                 hit.trial, hit.finished = t, True
             return hit
         try:
             controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
-        entry = _MemoEntry(t, fingerprint, controls, t.state.is_finished())
+        entry = _MemoEntry(t, fingerprint, controls, finished)
         if trial_id is not None:
             if len(table) >= 100_000:
                 table.clear()
@@ -151,11 +152,6 @@ class TrialMemo:
         controls do not parse), with one lookup: an online reference asks this of every trial at every
         judgement (``_reaching``), and the reach depends only on what the entry holds (the controls, the
         count of reports and the last step)."""
-        last = self._last  # ``_entry``'s first test inlined: most trials are finished ones read before
-        if last is not None and last[0] is defaults:
-            hit = last[1].get(getattr(t, "_trial_id", None))
-            if hit is not None and hit.trial is t and hit.finished and hit.reach is not _UNSET:
-                return hit.controls, hit.reach
         entry = self._entry(t, defaults)
         if entry.reach is _UNSET:
             controls = entry.controls

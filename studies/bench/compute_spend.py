@@ -18,7 +18,7 @@ reference; only by judging earlier or by a shorter prior phase.
 
     nice -n 5 .venv/bin/python studies/bench/compute_spend.py --family lora [--orders 10]
 
-About 2 minutes for the lora family (10 orders) on the 2-core machine; every family: about 10 minutes.
+About 1 minute for the lora family (10 orders) on the 2-core machine; every family: about 6 minutes.
 """
 
 from __future__ import annotations

@@ -651,3 +651,35 @@ def test_a_trial_running_ahead_reads_the_shape_drift_of_witnesses_on_a_decay_lik
     results = [simulate(sweep, factory(), orders[k], workers=2) for k in (0, 12, 14)]
     assert not any(r.best_pruned for r in results)
     assert all(r.pruned.sum() >= 1 and r.compute < 0.95 for r in results)
+
+
+def test_a_stored_version_holds_the_same_trial_read_again_until_it_changes(monkeypatch):
+    """``StoredVersion`` (the online reference's TrialMemo and the pruner's views reuse what they built from a
+    trial while it holds): a running trial is held by the object read only, until a report changes it; a
+    finished trial is held by any object of it (a database storage reads a new one each time), which it then
+    keeps, so that reading that object again needs no fingerprint."""
+    import copy
+
+    from collapse_hpo.hpo.rule.reference import StoredVersion
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    trial = study.ask()
+    trial.report(3.0, 1)
+    running = study.get_trials(deepcopy=False)[0]
+    version = StoredVersion.of(running)
+    assert not version.finished and version.holds(running)
+    assert not version.holds(copy.deepcopy(running))  # a new object of a running trial: built anew
+    trial.report(2.5, 2)
+    assert not version.holds(study.get_trials(deepcopy=False)[0])  # a report: another version
+    study.tell(trial, 2.4)
+    done = study.get_trials(deepcopy=False)[0]
+    version = StoredVersion.of(done)
+    assert version.finished and version.holds(done)
+    again = copy.deepcopy(done)
+    assert version.holds(again) and version.trial is again  # the same finished trial, read anew: kept
+    monkeypatch.setattr(reference_module, "_fingerprint", lambda t: pytest.fail("fingerprinted"))
+    assert version.holds(again)  # the object read finished: no fingerprint needed
+    other = study.ask()
+    other.report(1.0, 1)
+    monkeypatch.undo()
+    assert not version.holds(study.get_trials(deepcopy=False)[1])  # another trial

@@ -43,7 +43,7 @@ from collapse_hpo.hpo.rule.record import (
     set_trial_controls,
     trial_points,
 )
-from collapse_hpo.hpo.rule.reference import Reference, make_reference
+from collapse_hpo.hpo.rule.reference import Reference, StoredVersion, make_reference
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.schedules import Schedule
 
@@ -194,10 +194,9 @@ class CollapsePruner(BasePruner):
         self._recorded_label: str | None = None
         # What this process knows of each running trial it judged, by (storage, trial id): see ``prune``.
         self._known: dict[tuple[int, int], _Known] = {}
-        # The latest view built of each stored trial (by storage id): (the FrozenTrial it was built from, its
-        # fingerprint, the view, whether that trial had finished). Reused while the storage hands out the
-        # same, unchanged FrozenTrial.
-        self._views: dict[int, tuple[FrozenTrial, tuple[Any, ...], TrialView, bool]] = {}
+        # The latest view built of each stored trial (by storage id), with the stored version it was built
+        # from: reused while that version holds the trial read (``StoredVersion.holds``).
+        self._views: dict[int, tuple[StoredVersion, TrialView]] = {}
         self._entries: dict[int, tuple[Any, DecisionEntry | None]] = {}  # read_log's memo of parsed entries
         # The controls merged from a trial's control attrs, by the identity of those attr values (kept alive
         # in the entry): a storage hands the same objects back while the attrs are unchanged (``_merged``).
@@ -315,38 +314,22 @@ class CollapsePruner(BasePruner):
 
     # ------------------------------------------------------------------ internals
     def _views_of(self, trials: list[FrozenTrial]) -> list[TrialView]:
-        """``_view`` of each trial, built once per stored version of a trial.
-
-        Optuna's storages never change a FrozenTrial they handed out: every write replaces the trial's
-        object (copy-on-write in memory and in the journal, fresh objects read back from a database). So
-        while a trial is the object its view was built from, and its fingerprint (state, number of
-        reports and of user attrs) is unchanged, the view is the same. Building every trial's view anew at
-        every judgement (its reports, controls and decision log parsed) made a sweep's judgements
-        O(trials²) in parsing alone.
-        """
+        """``_view`` of each trial, built once per stored version of a trial (``StoredVersion``): building
+        every trial's view anew at every judgement (its reports, controls and decision log parsed) made a
+        sweep's judgements O(trials²) in parsing alone."""
         cache = self._views
         out: list[TrialView] = []
         append = out.append
         for t in trials:
             trial_id = store.trial_id_of(t)
             hit = cache.get(trial_id)
-            # The object a view was built from when its trial had finished: nothing of it changes, so the
-            # fingerprint need not be read (most trials of a sweep, at every judgement).
-            if hit is not None and hit[0] is t and hit[3]:
-                append(hit[2])
-                continue
-            fingerprint = (t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
-            finished = t.state.is_finished()
-            # A finished trial never changes (Optuna refuses writes to it), so its view is reused even when
-            # a database storage hands out a new object for it.
-            if hit is not None and hit[1] == fingerprint and (hit[0] is t or finished):
-                if finished and hit[0] is not t:
-                    cache[trial_id] = (t, fingerprint, hit[2], True)
-                append(hit[2])
+            # ``StoredVersion.holds``, its first test inlined: the object read finished (most trials)
+            if hit is not None and (((v := hit[0]).trial is t and v.finished) or v.holds(t)):
+                append(hit[1])
                 continue
             view = self._view(t)
             # One dict store: atomic under the GIL (an Optuna study's workers in threads).
-            cache[trial_id] = (t, fingerprint, view, finished)
+            cache[trial_id] = (StoredVersion.of(t), view)
             append(view)
         return out
 

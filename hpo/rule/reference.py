@@ -72,10 +72,8 @@ class TrialMemo:
 
     An online reference reads every trial at every judgement (the completed ones for its fit, all of them to
     test it); parsing their controls and building their curves anew each time was a third of a
-    ``collapse-online`` replay. Optuna's storages never change a FrozenTrial they handed out (a write replaces
-    the object), so an entry is reused while the trial is the same object with the same fingerprint (state,
-    number of reports and of user attrs, value), or, finished, has the same fingerprint (a finished trial
-    never changes): as hpo/optuna_side/pruner.py's views. Keyed by the storage's trial id and the defaults.
+    ``collapse-online`` replay. An entry is reused while its ``StoredVersion`` holds the trial read (as
+    hpo/optuna_side/pruner.py's views are). Keyed by the storage's trial id and the defaults.
     """
 
     def __init__(self) -> None:
@@ -97,21 +95,14 @@ class TrialMemo:
         trial_id = getattr(t, "_trial_id", None)
         table = self._table(defaults)
         hit = table.get(trial_id) if trial_id is not None else None
-        # The object read when the trial had finished: nothing of it changes (Optuna refuses writes to a
-        # finished trial), so neither does its fingerprint; most trials of a sweep are such, at every read.
-        if hit is not None and hit.trial is t and hit.finished:
-            return hit
-        fingerprint = (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
-        finished = t.state.is_finished()
-        if hit is not None and hit.fingerprint == fingerprint and (hit.trial is t or finished):
-            if finished and hit.trial is not t:  # the same finished trial, read anew: keep its new object
-                hit.trial, hit.finished = t, True
+        # ``StoredVersion.holds``, its first test inlined: the object read finished (most trials, every read)
+        if hit is not None and (((v := hit.version).trial is t and v.finished) or v.holds(t)):
             return hit
         try:
             controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
-        entry = _MemoEntry(t, fingerprint, controls, finished)
+        entry = _MemoEntry(StoredVersion.of(t), controls)
         if trial_id is not None:
             if len(table) >= 100_000:
                 table.clear()
@@ -176,17 +167,54 @@ _UNSET: Any = object()  # an entry's field not read yet (None is a value: "no la
 
 
 @dataclass(slots=True)
-class _MemoEntry:
-    """What ``TrialMemo`` holds of one stored version of a trial: the trial object and its fingerprint (what
-    tells a stale entry), its controls (or why they do not parse), whether the trial had finished when read
-    (its object then never changes), and four reads made when first asked
-    (``_UNSET`` until then): its curve (or the InputError building it raised), its last reported step, its
-    reach and its reaching curves."""
+class StoredVersion:
+    """One stored version of a trial, as read: the FrozenTrial, its fingerprint (number, state, count of
+    reports and of user attrs, value) and whether it had finished. What is built from it (``TrialMemo``'s
+    entries, hpo/optuna_side/pruner.py's views) is reused while the version ``holds`` the trial read again.
+
+    Optuna's storages never change a FrozenTrial they handed out: every write replaces the trial's object
+    (copy-on-write in memory and in the journal, fresh objects read back from a database). So the same object
+    with the same fingerprint is the same version; and a finished trial never changes at all (Optuna refuses
+    writes to it), so a new object of it with the same fingerprint is too, and the object read when it had
+    finished need not even be fingerprinted again (most trials of a sweep, at every judgement).
+    """
 
     trial: Any
     fingerprint: tuple[Any, ...]
+    finished: bool
+
+    @classmethod
+    def of(cls, t: optuna.trial.FrozenTrial) -> StoredVersion:
+        """The version of ``t``."""
+        return cls(t, _fingerprint(t), t.state.is_finished())
+
+    def holds(self, t: optuna.trial.FrozenTrial) -> bool:
+        """Whether ``t`` (the same trial, read again) is this version; a finished trial read anew as a new
+        object is kept as the version's object, so that its next read takes the fast path."""
+        if self.trial is t and self.finished:
+            return True
+        if self.fingerprint != _fingerprint(t):
+            return False
+        if self.trial is not t:
+            if not self.finished:  # the fingerprint holds the state: ``t`` is as finished as this version
+                return False
+            self.trial = t  # one attribute store: atomic for the threads of an Optuna study's workers
+        return True
+
+
+def _fingerprint(t: optuna.trial.FrozenTrial) -> tuple[Any, ...]:
+    return (t.number, t.state, len(t.intermediate_values), len(t.user_attrs), t.value)
+
+
+@dataclass(slots=True)
+class _MemoEntry:
+    """What ``TrialMemo`` holds of one stored version of a trial: the version (what tells a stale entry), its
+    controls (or why they do not parse), and four reads made when first asked
+    (``_UNSET`` until then): its curve (or the InputError building it raised), its last reported step, its
+    reach and its reaching curves."""
+
+    version: StoredVersion
     controls: Any
-    finished: bool = False
     curve: Any = _UNSET
     last_step: Any = _UNSET
     reach: Any = _UNSET

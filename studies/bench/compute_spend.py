@@ -38,12 +38,13 @@ import frontier  # noqa: E402
 
 from collapse_hpo.hpo.replays import peers  # noqa: E402
 from collapse_hpo.hpo.replays.replay import Sweep, random_orders, simulate  # noqa: E402
+from collapse_hpo.hpo.rule.decision import EARLY_JUDGEMENT, PruneSettings  # noqa: E402
 from collapse_hpo.hpo.rule.record import read_log  # noqa: E402
 
-#: A prune at or before this t̂ is one of the first judgements (1.5 × the default min_fraction 0.1).
-EARLY_END = 0.15
 #: The default ``min_fraction``: where judging starts.
-MIN_FRACTION = 0.1
+MIN_FRACTION = PruneSettings().min_fraction
+#: A prune at or before this t̂ is one of the first judgements (``EARLY_JUDGEMENT`` × ``MIN_FRACTION``).
+EARLY_END = EARLY_JUDGEMENT * MIN_FRACTION
 PRIOR_LABEL = "prior:"
 
 
@@ -76,7 +77,7 @@ def spend(sweep: Sweep, pruner: str, surrogate: Any, orders: int, workers: int =
     make = peers.factory(pruner, surrogate=surrogate)
     w = np.asarray(sweep.weights, dtype=float) / float(np.sum(sweep.weights))
     best_final = float(np.min(sweep.finals))
-    runs = [c.run for c in sweep.curves]
+    index = {c.run: i for i, c in enumerate(sweep.curves)}
     parts = np.zeros(4)
     counts = np.zeros(4)
     gaps: list[float] = []
@@ -87,7 +88,7 @@ def spend(sweep: Sweep, pruner: str, surrogate: Any, orders: int, workers: int =
         result = simulate(sweep, adapter, order, workers=workers)
         cut += int(result.best_pruned)
         for t in adapter.study.get_trials(deepcopy=False):
-            i = runs.index(t.user_attrs["run"])
+            i = index[t.user_attrs["run"]]
             reached = float(sweep.grid[result.stopped_at[i]] / sweep.grid[-1])
             share = reached * w[i]
             if result.pruned[i]:
@@ -119,8 +120,8 @@ def _gaps(gaps: list[float]) -> str:
 def markdown(rows: list[Spend]) -> str:
     """The table of ``rows``."""
     out = [
-        "| sweep | pruner | compute | pruned by t̂ 0.15 | pruned later | completed, prior | completed, fit "
-        "or reference | their final gap to the best (median / 90th pct) | best cut | floor |",
+        f"| sweep | pruner | compute | pruned by t̂ {EARLY_END:.3g} | pruned later | completed, prior | "
+        "completed, fit or reference | their final gap to the best (median / 90th pct) | best cut | floor |",
         "|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:

@@ -928,27 +928,32 @@ def _fold_pairs(
 
 
 #: ``Surrogate.lead_bands`` measure how far a worse run led the reference's best LEAD_TOP_SHARE of its runs
-#: (by final loss; at least 2), at LEAD_FRACTIONS. 0.05 was chosen on surestop_lora's earlier nights
-#: (reference: the later nights) and random_s0 (reference: random_s1), 20 orders at the default margin, as the
-#: smallest of 0.025, 0.05 and 0.1 that kept the best in every order of both (0.025 cut random_s0's best in
-#: 13 of 20; compute 0.05: 0.275 and 0.208, 0.1: 0.339 and 0.209); every other sweep in BENCHMARKS §15 is out
-#: of sample for it (random_s1, surestop_lora's later nights, the τ-held and λ-fixed sweeps).
+#: (by final loss; at least LEAD_TOP_MIN), at LEAD_FRACTIONS. 0.05 was chosen on surestop_lora's earlier
+#: nights (reference: the later nights) and random_s0 (reference: random_s1), 20 orders at the default
+#: margin, as the smallest of 0.025, 0.05 and 0.1 that kept the best in every order of both (0.025 cut
+#: random_s0's best in 13 of 20; compute 0.05: 0.275 and 0.208, 0.1: 0.339 and 0.209); every other sweep in
+#: BENCHMARKS §15 is out of sample for it (random_s1, surestop_lora's later nights, the τ-held and λ-fixed
+#: sweeps).
 LEAD_TOP_SHARE = 0.05
+#: ... and at least this many of them: the lead of two best runs over the rest was too small for the next
+#: sweep's best on 40-run references drawn from random_s1 (5 of 6 subsets cut random_s0's best in 6 of 10
+#: orders, 4% regret); three cut none (BENCHMARKS §40; 3 is what random_s1's 48 runs already had).
+LEAD_TOP_MIN = 3
 LEAD_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def _lead_bands(curves: Sequence[Curve], fractions: Sequence[float], align_start: float) -> list[ErrorBand]:
     """How far a worse run ever led one of the reference's best runs at each fraction, by loss ratio.
 
-    For each of the best ``LEAD_TOP_SHARE`` of the curves (by final loss; at least 2), i, and every curve o
-    that ended worse: lead = log L_i(p) − log L_o(p), where log L(p) is a curve's mean log-loss over
-    t̂ ∈ [align_start · p, p] (the window the pruner compares on). ``scale`` = ``max_abs`` = the largest lead
-    at p or at any later fraction (at least ``SCALE_FLOOR``; with a handful of best runs the lead at one
+    For each of the best ``LEAD_TOP_SHARE`` of the curves (by final loss; at least ``LEAD_TOP_MIN``), i, and
+    every curve o that ended worse: lead = log L_i(p) − log L_o(p), where log L(p) is a curve's mean log-loss
+    over t̂ ∈ [align_start · p, p] (the window the pruner compares on). ``scale`` = ``max_abs`` = the largest
+    lead at p or at any later fraction (at least ``SCALE_FLOOR``; with a handful of best runs the lead at one
     fraction is noisy, and a winner must survive every later judgement too), ``n`` the number of curves
     compared. In-sample: the loss ratio fits nothing."""
     finals = [c.final_loss for c in curves]
     ranked = sorted(range(len(curves)), key=lambda i: (finals[i], i))
-    top = ranked[: max(2, math.ceil(LEAD_TOP_SHARE * len(curves)))]
+    top = ranked[: max(LEAD_TOP_MIN, math.ceil(LEAD_TOP_SHARE * len(curves)))]
     bands = []
     for p in fractions:
         level: dict[int, float] = {}

@@ -297,7 +297,7 @@ def test_other_controls_are_paired_through_the_surrogate_with_the_learned_margin
 
 def test_other_controls_are_compared_by_loss_ratio_within_the_references_winners_lead():
     # A reference whose paired predictions tell runs apart only to 5% (all pairs), but whose best runs were
-    # never led by more than 0.5% at any fraction by a run that ended worse (``lead_bands``, 30 runs):
+    # never led by more than 0.5% at any fraction by a run that ended worse (``lead_bands``, 40 runs):
     # after the first judgements a trial with other controls is compared by the loss ratio with 2 × 0.5% as
     # the margin, not by the predictions with the ≈8.7% learned paired margin.
     from dataclasses import replace
@@ -305,7 +305,7 @@ def test_other_controls_are_compared_by_loss_ratio_within_the_references_winners
     from collapse_hpo.hpo.rule.decision import LEAD_MIN_RUNS, MARGIN_CAP, lead_margin, paired_margin
 
     wide = ErrorBand(fraction=0.1, n=20, bias=0.0, scale=0.05, max_abs=0.15)
-    lead = ErrorBand(fraction=0.1, n=30, bias=0.0, scale=0.005, max_abs=0.005)
+    lead = ErrorBand(fraction=0.1, n=LEAD_MIN_RUNS, bias=0.0, scale=0.005, max_abs=0.005)
     reference = replace(PAIRED, pair_bands=[wide], lead_bands=[lead])
     t, y = distorted(3.09, 0.3)  # 3% worse than the rival, at another τ with the same curve shape
     rt, ry = distorted(3.0, 1.0)

@@ -27,7 +27,9 @@ from sweep_util import frozen, read_trials, tiny_sweep
 from collapse_hpo.hpo.optuna_side.pruner import trial_decisions
 
 CLI = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
-TRIALS = 7  # enough trials that one is still running once 3 have finished
+# Enough trials that one is still running, with reports, once 3 have finished: with 7 the tiny sweep's last
+# two trials could be pruned within a second of the third finish, and a CI run's poll missed that window.
+TRIALS = 10
 
 
 def _judged(t: optuna.trial.FrozenTrial) -> bool:

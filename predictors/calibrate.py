@@ -937,7 +937,8 @@ def _fold_pairs(
 LEAD_TOP_SHARE = 0.05
 #: ... and at least this many of them: the lead of two best runs over the rest was too small for the next
 #: sweep's best on 40-run references drawn from random_s1 (5 of 6 subsets cut random_s0's best in 6 of 10
-#: orders, 4% regret); three cut none (BENCHMARKS §40; 3 is what random_s1's 48 runs already had).
+#: orders, 4% regret); three cut none (BENCHMARKS §40; 3 is what random_s1's 48 runs already had). With
+#: ``decision.LEAD_MIN_RUNS`` 40 it binds only on a reference of exactly 40 runs: from 41, 5% is 3 or more.
 LEAD_TOP_MIN = 3
 LEAD_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 

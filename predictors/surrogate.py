@@ -199,9 +199,10 @@ class Surrogate:
             mismatch) cancels in the difference, so these are narrower than ``error_bands``; the pruner's
             paired comparison uses them. Empty when not calibrated or when no fold held two runs.
         lead_bands: by fraction, the largest lead (log loss ratio at that fraction) that a run which ended
-            worse had over one of the reference's best runs (``calibrate.LEAD_TOP_SHARE``): the margin its
-            winners needed. The pruner compares trials of other controls by their loss ratio where twice this
-            is below the paired margin (``decision.lead_margin``). Empty in files written before it.
+            worse had over one of the reference's best runs (``calibrate.LEAD_TOP_SHARE``, at least
+            ``LEAD_TOP_MIN``): the margin its winners needed. The pruner compares trials of other controls by
+            their loss ratio where twice this is below the paired margin (``decision.lead_margin``). Empty in
+            files written before it.
         size_trend: the error model as a function of the model size (see `SizeTrend`), one per learned
             fraction; empty when the reference curves had no sizes (``params``) or a single size.
         reference: the ranges the surrogate was calibrated on, {"params": [lo, hi], "tpp": [lo, hi],

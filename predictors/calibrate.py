@@ -935,11 +935,13 @@ def _fold_pairs(
 #: BENCHMARKS §15 is out of sample for it (random_s1, surestop_lora's later nights, the τ-held and λ-fixed
 #: sweeps).
 LEAD_TOP_SHARE = 0.05
-#: ... and at least this many of them: the lead of two best runs over the rest was too small for the next
-#: sweep's best on 40-run references drawn from random_s1 (5 of 6 subsets cut random_s0's best in 6 of 10
-#: orders, 4% regret); three cut none (BENCHMARKS §40; 3 is what random_s1's 48 runs already had). With
-#: ``decision.LEAD_MIN_RUNS`` 40 it binds only on a reference of exactly 40 runs: from 41, 5% is 3 or more.
-LEAD_TOP_MIN = 3
+#: ... and at least this many of them. The lead is the largest of many leads read off a few best runs; a
+#: reference whose few best runs all started fast carries a lead far below the next sweep's. Two were too few
+#: on 40-run references drawn from random_s1 (BENCHMARKS §40). Three (§40's choice) then cut the next sweep's
+#: best with 4 of 42 new references of 40–50 runs drawn from surestop_lora's earlier nights and random_s0/s1
+#: (up to 0.81% regret), four with 2 of 42, five with none; of 48 more references drawn afterwards to check
+#: the choice, three cut 4 (up to 6.7% regret), five none (BENCHMARKS §41). Five binds up to 100 runs.
+LEAD_TOP_MIN = 5
 LEAD_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 

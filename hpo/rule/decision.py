@@ -1135,9 +1135,9 @@ def lead_margin(surrogate: Surrogate | None, f: float, settings: PruneSettings, 
 #: next sweep's. Was 20 (a priori); 40 was chosen on references drawn from our random-config sweeps and
 #: surestop_lora's earlier nights (6 random subsets each of 20, 30 and 40 runs, replaying the other sweep, 10
 #: orders): with 20–30 runs the lead cut the best in 1–4 of 6 subsets per pool (up to 6.7% regret), with 40
-#: runs and ``calibrate.LEAD_TOP_MIN`` best runs in none; the README example's seeds (20 runs each, two of 12
-#: pairs cut before) are out of sample for it (BENCHMARKS §40). An online reference has it from 42 completed
-#: trials on (its refit schedule), where it had it from 28.
+#: runs and three best runs in none of those (other draws did: ``calibrate.LEAD_TOP_MIN`` is 5 since §41);
+#: the README example's seeds (20 runs each, two of 12 pairs cut before) are out of sample for it (BENCHMARKS
+#: §40). An online reference has it from 42 completed trials on (its refit schedule), where it had it from 28.
 LEAD_MIN_RUNS = 40
 
 

@@ -945,10 +945,12 @@ LEAD_TOP_MIN = 5
 LEAD_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def _lead_bands(curves: Sequence[Curve], fractions: Sequence[float], align_start: float) -> list[ErrorBand]:
+def lead_bands_of(curves: Sequence[Curve], fractions: Sequence[float], align_start: float, *,
+                top_min: int = LEAD_TOP_MIN) -> list[ErrorBand]:
     """How far a worse run ever led one of the reference's best runs at each fraction, by loss ratio.
 
-    For each of the best ``LEAD_TOP_SHARE`` of the curves (by final loss; at least ``LEAD_TOP_MIN``), i, and
+    For each of the best ``LEAD_TOP_SHARE`` of the curves (by final loss; at least ``top_min``, by default
+    ``LEAD_TOP_MIN``; studies/bench/lead_references.py compares other values), i, and
     every curve o that ended worse: lead = log L_i(p) − log L_o(p), where log L(p) is a curve's mean log-loss
     over t̂ ∈ [align_start · p, p] (the window the pruner compares on). ``scale`` = ``max_abs`` = the largest
     lead at p or at any later fraction (at least ``SCALE_FLOOR``; with a handful of best runs the lead at one
@@ -956,7 +958,7 @@ def _lead_bands(curves: Sequence[Curve], fractions: Sequence[float], align_start
     compared. In-sample: the loss ratio fits nothing."""
     finals = [c.final_loss for c in curves]
     ranked = sorted(range(len(curves)), key=lambda i: (finals[i], i))
-    top = ranked[: max(LEAD_TOP_MIN, math.ceil(LEAD_TOP_SHARE * len(curves)))]
+    top = ranked[: max(top_min, math.ceil(LEAD_TOP_SHARE * len(curves)))]
     bands = []
     for p in fractions:
         level: dict[int, float] = {}
@@ -1140,7 +1142,7 @@ def calibrate(
             notes.append("a single size: no size trend; predictions for other sizes carry no size correction")
     surrogate.reference = _reference_ranges(curves)
     surrogate.pair_bands = _pair_bands(residuals, fold_of, error_fractions)
-    surrogate.lead_bands = _lead_bands(curves, LEAD_FRACTIONS, align_start)
+    surrogate.lead_bands = lead_bands_of(curves, LEAD_FRACTIONS, align_start)
     if not surrogate.pair_bands:
         notes.append("no fold held two curves: no paired error model (the pruner compares unpaired)")
 

@@ -158,7 +158,7 @@ def test_lead_bands_stand_on_at_least_five_best_runs():
     # fifth best (1.04) before t̂ 0.3 by 0.02 − log(1.05/1.04) ≈ 1.0%, the fourth by 0.08%, the best three not
     # at all; with four best runs the band would be 0.08% (BENCHMARKS §40–§41: such leads cut the next
     # sweep's best).
-    from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, LEAD_TOP_MIN, _lead_bands
+    from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, LEAD_TOP_MIN, lead_bands_of
     from collapse_hpo.predictors.curves import Curve
 
     t = np.linspace(0.01, 1.0, 100)
@@ -170,14 +170,14 @@ def test_lead_bands_stand_on_at_least_five_best_runs():
     curves = [run(f"top{k}", 1.0 + 0.01 * k) for k in range(5)] + [run("fast", 1.05, bump=-0.02)]
     curves += [run(f"r{i}", 1.1 + 0.01 * i) for i in range(14)]
     assert LEAD_TOP_MIN == 5
-    bands = {b.fraction: b for b in _lead_bands(curves, LEAD_FRACTIONS, 0.5)}
+    bands = {b.fraction: b for b in lead_bands_of(curves, LEAD_FRACTIONS, 0.5)}
     assert bands[0.2].n == 20
     assert bands[0.2].scale == pytest.approx(0.02 - np.log(1.05 / 1.04), rel=1e-9)
     assert bands[0.2].scale > 0.02 - np.log(1.05 / 1.03) + 0.009  # not the four best runs' 0.08%
 
 
 def test_lead_bands_are_how_far_a_worse_run_led_the_best_ones():
-    from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, _lead_bands
+    from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, lead_bands_of
     from collapse_hpo.predictors.curves import Curve
 
     t = np.linspace(0.01, 1.0, 100)
@@ -192,7 +192,7 @@ def test_lead_bands_are_how_far_a_worse_run_led_the_best_ones():
     # over the second; the rest trail.
     curves = [run("best", 1.00), run("second", 1.01), run("fast", 1.05, bump=-0.09)]
     curves += [run(f"r{i}", 1.1 + 0.01 * i) for i in range(37)]
-    bands = {b.fraction: b for b in _lead_bands(curves, LEAD_FRACTIONS, 0.5)}
+    bands = {b.fraction: b for b in lead_bands_of(curves, LEAD_FRACTIONS, 0.5)}
     assert sorted(bands) == list(LEAD_FRACTIONS)
     assert bands[0.2].scale == pytest.approx(0.09 - np.log(1.05 / 1.01), rel=1e-9) and bands[0.2].n == 40
     # from t̂ 0.6 on (window [0.3, 0.6]) no worse run leads: the floor; the lead never grows with t̂ (the
@@ -203,7 +203,8 @@ def test_lead_bands_are_how_far_a_worse_run_led_the_best_ones():
     # a worse run (final 1.05) that leads the best ones only late in training, for t̂ in (0.5, 0.85): the
     # lead it had at 0.9 raises every earlier fraction's band
     late = Curve(run="late", t_hat=t, loss=1.05 * shape * np.exp(-0.1 * ((t > 0.5) & (t < 0.85))))
-    raised = {b.fraction: b.scale for b in _lead_bands([*curves[:3], late, *curves[3:]], LEAD_FRACTIONS, 0.5)}
+    raised = {b.fraction: b.scale
+              for b in lead_bands_of([*curves[:3], late, *curves[3:]], LEAD_FRACTIONS, 0.5)}
     assert raised[0.6] >= raised[0.9] > 0.01 > bands[0.6].scale
     c = calibrate(synthetic_curves(taus=(0.05, 0.1, 0.2), tpps=(20.0, 80.0), noise=0.001, seed=2),
                   predict_weight=0.0, free_m=False)

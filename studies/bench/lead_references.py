@@ -1,0 +1,159 @@
+"""Benchmark (issue 20; BENCHMARKS §40–§41): how often a winners' lead learned on a small reference cuts the
+next sweep's best.
+
+A reference's winners' lead (``Surrogate.lead_bands``, ``calibrate.lead_bands_of``) is the largest lead a run
+that ended worse had over one of the reference's best runs: the largest of many leads, read off a few runs.
+A reference whose few best runs all started fast carries a lead far below the next sweep's crossings, and
+``collapse`` then cuts that sweep's best. This script draws references at random from one sweep (the *pool*)
+and replays another sweep with each:
+
+- pools: ``random_s1->random_s0`` and ``random_s0->random_s1`` (our random-config sweeps, 48 runs each; each
+  the other's reference, as ``frontier.py``) and ``surestop_earlier->later`` (surestop_lora's earlier nights,
+  90 runs, as references of its later nights' 107, as ``frontier.py``);
+- per pool and size n (``--sizes``), ``--draws`` subsets of n runs (``numpy.random.default_rng(--seed)``,
+  drawn in the order pool, size, draw, without replacement; a size at or above the pool's is the whole pool,
+  drawn once), each calibrated once (``calibrate`` at its defaults);
+- for each ``--top-min`` k, the subset's lead is read off its best max(k, 5%) runs (``lead_bands_of(...,
+  top_min=k)``) and ``collapse`` replays the other sweep over ``--orders`` trial orders on 4 workers. The
+  replay applies the rule's own gate: below ``decision.LEAD_MIN_RUNS`` runs the lead is not used.
+
+A row per (pool, size, k): references that cut the best in any order, with the orders cut and the worst
+regret, and the compute (mean and range over references). ``--out`` writes every reference's row as CSV.
+
+    nice .venv/bin/python studies/bench/lead_references.py --sizes 40,50 --draws 12 --seed 23 --top-min 3,5
+
+About 2 s per replay of 10 orders on the 2-core machine (the command above: 96 references × 2 replays,
+about 6 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from surestop_lora import read_surestop_lora, split_nights  # noqa: E402
+
+from collapse_hpo.hpo.replays import peers  # noqa: E402
+from collapse_hpo.hpo.replays.replay import Sweep, make_sweep, replay  # noqa: E402
+from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, calibrate, lead_bands_of  # noqa: E402
+from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
+
+ART = HERE / "artifacts"
+REPORTS = 50  # report points per trial of the random-config sweeps (as frontier.py)
+POOLS = ("random_s1->random_s0", "random_s0->random_s1", "surestop_earlier->later")
+
+
+@dataclass
+class Outcome:
+    """One reference's replay of the other sweep."""
+
+    pool: str
+    size: int
+    draw: int
+    top_min: int
+    compute: float
+    orders: int  # trial orders replayed
+    orders_cut: int  # orders in which the sweep's best trial was pruned
+    max_regret: float  # worst relative regret over the orders
+
+
+def load_pool(name: str) -> tuple[list[Curve], Sweep]:
+    """The reference pool's curves and the sweep its references judge."""
+    if name.startswith("random"):
+        ref_seed, sweep_seed = (1, 0) if name == "random_s1->random_s0" else (0, 1)
+        pool = read_curves_csv(ART / f"curves_random_s{ref_seed}.csv")
+        other = read_curves_csv(ART / f"curves_random_s{sweep_seed}.csv")
+        return pool, make_sweep(other, n_reports=REPORTS, name=f"random_s{sweep_seed}")
+    earlier, later = split_nights(read_surestop_lora())
+    return earlier, make_sweep(later, name="surestop_lora_later")
+
+
+def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, jobs: int,
+          pool: str, size: int, draw: int) -> list[Outcome]:
+    """Calibrate ``curves`` once; replay ``sweep`` with its lead read off each ``top_min``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        surrogate = calibrate(curves).surrogate
+    out = []
+    for k in top_mins:
+        bands = lead_bands_of(curves, LEAD_FRACTIONS, surrogate.align_start, top_min=k)
+        ref = replace(surrogate, lead_bands=bands)
+        summaries, results = replay(sweep, [peers.factory("collapse", surrogate=ref)], orders=orders,
+                                    workers=4, jobs=jobs)
+        runs = next(iter(results.values()))
+        cut = sum(r.best_pruned for r in runs)
+        out.append(Outcome(pool, size, draw, k, summaries[0].compute, orders, cut,
+                           max(r.relative_regret for r in runs)))
+    return out
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """A markdown row per (pool, size, top_min)."""
+    lines = ["| pool → sweep | runs | best runs (at least) | references cutting the best (orders cut, max "
+             "regret) | compute mean (range) |", "|---|---:|---:|---|---|"]
+    keys = dict.fromkeys((o.pool, o.size, o.top_min) for o in outcomes)
+    for pool, size, k in keys:
+        rows = [o for o in outcomes if (o.pool, o.size, o.top_min) == (pool, size, k)]
+        cut = [o for o in rows if o.orders_cut]
+        what = ", ".join(f"{o.orders_cut}/{o.orders} at {o.max_regret:.2%}" for o in cut)
+        c = [o.compute for o in rows]
+        lines.append(f"| {pool} | {size} | {k} | {len(cut)} of {len(rows)}{' (' + what + ')' if cut else ''} "
+                     f"| {np.mean(c):.3f} ({min(c):.3f}–{max(c):.3f}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pool", action="append", choices=POOLS,
+                    help="reference pool (repeatable; default: all)")
+    ap.add_argument("--sizes", default="40,50", help="reference sizes, comma-separated (runs)")
+    ap.add_argument("--draws", type=int, default=6, help="references drawn per pool and size")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--top-min", default="3,5", help="values of LEAD_TOP_MIN to compare, comma-separated")
+    ap.add_argument("--orders", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=2, help="processes per replay")
+    ap.add_argument("--out", default=None, help="CSV of every reference's outcome")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    top_mins = [int(k) for k in args.top_min.split(",")]
+    if min(sizes) < 2 or min(top_mins) < 1 or args.draws < 1 or args.orders < 1:
+        ap.error("--sizes must be at least 2 runs, --top-min, --draws and --orders at least 1")
+    outcomes: list[Outcome] = []
+    for pool_name in args.pool or POOLS:
+        pool, sweep = load_pool(pool_name)
+        rng = np.random.default_rng(args.seed)
+        for size in sizes:
+            for draw in range(args.draws):
+                whole = size >= len(pool)
+                idx = np.arange(len(pool)) if whole else rng.choice(len(pool), size, replace=False)
+                got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name,
+                            min(size, len(pool)), draw)
+                for o in got:
+                    print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
+                          f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "
+                          f"max regret {o.max_regret:.3%}",
+                          file=sys.stderr, flush=True)
+                outcomes += got
+                if whole:
+                    break
+    print(table(outcomes))
+    if args.out:
+        with open(args.out, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["pool", "size", "draw", "top_min", "compute", "orders_cut", "max_regret"])
+            for o in outcomes:
+                w.writerow([o.pool, o.size, o.draw, o.top_min, f"{o.compute:.6f}", o.orders_cut,
+                            f"{o.max_regret:.6g}"])
+
+
+if __name__ == "__main__":
+    main()

@@ -32,6 +32,7 @@ import argparse
 import csv
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -75,6 +76,19 @@ def load_pool(name: str) -> tuple[list[Curve], Sweep]:
         return pool, make_sweep(other, n_reports=REPORTS, name=f"random_s{sweep_seed}")
     earlier, later = split_nights(read_surestop_lora())
     return earlier, make_sweep(later, name="surestop_lora_later")
+
+
+def subsets(n_pool: int, sizes: list[int], draws: int, seed: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """The references drawn from a pool of ``n_pool`` runs: (size, draw, run indices) for ``draws`` subsets
+    of each size in turn, without replacement, from one ``numpy.random.default_rng(seed)``; a size at or
+    above the pool's is the whole pool, once (it takes nothing from the generator)."""
+    rng = np.random.default_rng(seed)
+    for size in sizes:
+        if size >= n_pool:
+            yield n_pool, 0, np.arange(n_pool)
+            continue
+        for draw in range(draws):
+            yield size, draw, rng.choice(n_pool, size, replace=False)
 
 
 def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, jobs: int,
@@ -130,21 +144,14 @@ def main(argv: list[str] | None = None) -> None:
     outcomes: list[Outcome] = []
     for pool_name in args.pool or POOLS:
         pool, sweep = load_pool(pool_name)
-        rng = np.random.default_rng(args.seed)
-        for size in sizes:
-            for draw in range(args.draws):
-                whole = size >= len(pool)
-                idx = np.arange(len(pool)) if whole else rng.choice(len(pool), size, replace=False)
-                got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name,
-                            min(size, len(pool)), draw)
-                for o in got:
-                    print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
-                          f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "
-                          f"max regret {o.max_regret:.3%}",
-                          file=sys.stderr, flush=True)
-                outcomes += got
-                if whole:
-                    break
+        for size, draw, idx in subsets(len(pool), sizes, args.draws, args.seed):
+            got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name, size,
+                        draw)
+            for o in got:
+                print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
+                      f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "
+                      f"max regret {o.max_regret:.3%}", file=sys.stderr, flush=True)
+            outcomes += got
     print(table(outcomes))
     if args.out:
         with open(args.out, "w", newline="") as fh:

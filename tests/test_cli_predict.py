@@ -38,6 +38,8 @@ def test_calibrate_writes_surrogate_and_prints_table(files, capsys):
                  "--folds", "2", "--free-m", "yes"])
     out = capsys.readouterr().out
     assert code == 0 and "mean MAE" in out and "tau0.05_tpp20_s0" in out and "wrote" in out
+    # 4 reference runs: their winners' lead is printed, and said not to be used
+    assert "winners' lead: " in out and "over 4 runs: not used" in out
     s2 = Surrogate.load(d / "s2.json")
     assert s2.info["predict_weight"] == 0.0 and s2.info["free_m"] is True
 

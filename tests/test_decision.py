@@ -457,6 +457,24 @@ def test_loss_log_ratio_matches_its_definition_with_and_without_given_logs():
     assert 0 < cases < 300  # both outcomes were exercised
 
 
+def test_the_lead_summary_says_whether_the_pruner_uses_the_lead():
+    # ``collapse-hpo calibrate`` prints it: the lead's span, the runs behind it, used or not (LEAD_MIN_RUNS).
+    from dataclasses import replace
+
+    from collapse_hpo.hpo.rule.decision import LEAD_MIN_RUNS, lead_summary
+
+    bands = [ErrorBand(fraction=f, n=LEAD_MIN_RUNS, bias=0.0, scale=s, max_abs=s)
+             for f, s in ((0.1, 0.012), (0.5, 0.003), (0.9, 0.0001))]
+    used = lead_summary(replace(PAIRED, lead_bands=bands))
+    assert used.startswith("winners' lead: 1.20% at t_hat=0.1 to 0.01% at t_hat=0.9, over 40 runs: used")
+    few = lead_summary(replace(PAIRED, lead_bands=[replace(b, n=LEAD_MIN_RUNS - 1) for b in bands]))
+    assert f"over {LEAD_MIN_RUNS - 1} runs: not used (fewer than the {LEAD_MIN_RUNS} runs" in few
+    assert "paired predictions" in few
+    mixed = lead_summary(replace(PAIRED, lead_bands=[*bands[:2], replace(bands[2], n=LEAD_MIN_RUNS - 2)]))
+    assert f"over {LEAD_MIN_RUNS - 2}-{LEAD_MIN_RUNS} runs (used only at the fractions" in mixed
+    assert lead_summary(replace(PAIRED, lead_bands=[])).startswith("winners' lead: none")
+
+
 def test_the_reason_states_both_losses_the_lead_the_margin_and_both_fractions():
     # A trial at t̂ 0.8 against a competitor that has only reached 0.3 (equal controls, no surrogate): the
     # reason must read in the user's terms (issue 20 item 4, issue 21 item 4): this trial's loss, the

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     """Read the curves, calibrate, print the fit table and write the surrogate."""
     from pathlib import Path
 
+    from collapse_hpo.hpo.rule.decision import lead_summary  # deferred: pulls numpy; --help stays fast
     from collapse_hpo.predictors.calibrate import calibrate  # deferred: pulls numpy; --help stays fast
     from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
 
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as err:
         raise InputError(f"{args.curves}: {str(err).removeprefix('calibrate: ')}") from None
     print(cal.format_table())
+    print(lead_summary(cal.surrogate))
     cal.surrogate.save(out)
     print(f"wrote {out}")
     return 0

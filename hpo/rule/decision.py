@@ -1130,6 +1130,28 @@ def lead_margin(surrogate: Surrogate | None, f: float, settings: PruneSettings, 
     return MARGIN_CAP * lead.scale
 
 
+def lead_summary(surrogate: Surrogate) -> str:
+    """One line on a reference's winners' lead (``Surrogate.lead_bands``) for ``collapse-hpo calibrate``: the
+    lead at its first and last fraction (log loss ratio, in %), how many runs stand behind it, and whether
+    the pruner uses it (``lead_margin``: from ``LEAD_MIN_RUNS`` runs on)."""
+    bands = surrogate.lead_bands
+    if not bands:
+        return ("winners' lead: none (no run ended worse than a best run, or a surrogate written before it); "
+                "trials of other controls are compared by their paired predictions")
+    first, last = bands[0], bands[-1]
+    counts = sorted({b.n for b in bands})
+    runs = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    what = (f"winners' lead: {100 * first.scale:.2f}% at t_hat={first.fraction:g} to "
+            f"{100 * last.scale:.2f}% at t_hat={last.fraction:g}, over {runs} runs")
+    if counts[-1] < LEAD_MIN_RUNS:
+        return (f"{what}: not used (fewer than the {LEAD_MIN_RUNS} runs it needs; a small reference's lead "
+                "can be smaller than the next sweep's crossings): trials of other controls are compared by "
+                "their paired predictions")
+    if counts[0] < LEAD_MIN_RUNS:
+        what += f" (used only at the fractions {LEAD_MIN_RUNS} or more runs reached)"
+    return f"{what}: used where {MARGIN_CAP:g} x the lead is below the paired margin"
+
+
 #: The winners' lead (``lead_margin``) is used only when at least this many reference runs stand behind it.
 #: It is the largest of many leads, read off a few best runs: a small reference can carry one far below the
 #: next sweep's. Was 20 (a priori); 40 was chosen on references drawn from our random-config sweeps and

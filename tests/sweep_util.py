@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +44,19 @@ def tiny_sweep(tmp: Path, name: str = "tiny", *, trials: int = 4, prune: bool = 
     return path
 
 
+def by_state(trials: Iterable[Any]) -> dict[str, list[Any]]:
+    """``trials`` grouped by state name."""
+    out: dict[str, list[Any]] = {}
+    for t in trials:
+        out.setdefault(t.state.name, []).append(t)
+    return out
+
+
 def trials_by_state(storage_url: str, study_name: str) -> dict[str, list[Any]]:
     """The study's trials grouped by state name."""
     import optuna
 
-    study = optuna.load_study(study_name=study_name, storage=storage_url)
-    out: dict[str, list[Any]] = {}
-    for t in study.get_trials():
-        out.setdefault(t.state.name, []).append(t)
-    return out
+    return by_state(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
 
 
 def read_trials(storage_url: str, study_name: str, timeout: float = 60.0) -> list[Any]:

@@ -13,21 +13,14 @@ from pathlib import Path
 
 import optuna
 import pytest
-from sweep_util import frozen, read_trials, tiny_sweep
+from sweep_util import by_state, frozen, read_trials, tiny_sweep
 
 CLI = [sys.executable, "-m", "collapse_hpo.hpo.cli"]
 
 
-def _by_state(trials: list[optuna.trial.FrozenTrial]) -> dict[str, list[optuna.trial.FrozenTrial]]:
-    out: dict[str, list[optuna.trial.FrozenTrial]] = {}
-    for t in trials:
-        out.setdefault(t.state.name, []).append(t)
-    return out
-
-
 def _states(url: str, name: str) -> dict[str, list[optuna.trial.FrozenTrial]]:
     """The study's trials by state, read only (never creating tables while a driver may create them)."""
-    return _by_state(read_trials(url, name))
+    return by_state(read_trials(url, name))
 
 
 def _by_draw(trials: list[optuna.trial.FrozenTrial]) -> dict[int, optuna.trial.FrozenTrial]:
@@ -38,8 +31,8 @@ def _by_draw(trials: list[optuna.trial.FrozenTrial]) -> dict[int, optuna.trial.F
 @pytest.mark.timeout(600)
 def test_resume_after_driver_sigkill(tmp_path: Path) -> None:
     path = tiny_sweep(tmp_path, "resume", trials=4)
-    url = f"sqlite:///{tmp_path / 'results' / 'resume' / 'study.db'}"
     db = tmp_path / "results" / "resume" / "study.db"
+    url = f"sqlite:///{db}"
     log = open(tmp_path / "run.log", "w")  # noqa: SIM115 (the driver writes to it until it is killed)
     driver = subprocess.Popen([*CLI, "run", str(path)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     deadline = time.monotonic() + 300
@@ -50,7 +43,7 @@ def test_resume_after_driver_sigkill(tmp_path: Path) -> None:
             # between the read and the kill (a CI run once saw one finish in that gap and had none left).
             with frozen(driver.pid) as kill:
                 try:  # a short lock timeout: a frozen writer may hold SQLite's lock (then: try again)
-                    s = _by_state(read_trials(url, "resume", timeout=0.5)) if db.exists() else {}
+                    s = by_state(read_trials(url, "resume", timeout=0.5)) if db.exists() else {}
                 except Exception:  # tables not created yet, or locked
                     s = {}
                 running = [t for t in s.get("RUNNING", []) if t.intermediate_values]

@@ -41,6 +41,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from frontier import REPORTS  # noqa: E402  (the random-config sweeps' report points, as frontier.py)
 from surestop_lora import read_surestop_lora, split_nights  # noqa: E402
 
 from collapse_hpo.hpo.replays import peers  # noqa: E402
@@ -49,7 +50,6 @@ from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, calibrate, lead_ba
 from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
 
 ART = HERE / "artifacts"
-REPORTS = 50  # report points per trial of the random-config sweeps (as frontier.py)
 POOLS = ("random_s1->random_s0", "random_s0->random_s1", "surestop_earlier->later")
 
 

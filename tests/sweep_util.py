@@ -52,13 +52,6 @@ def by_state(trials: Iterable[Any]) -> dict[str, list[Any]]:
     return out
 
 
-def trials_by_state(storage_url: str, study_name: str) -> dict[str, list[Any]]:
-    """The study's trials grouped by state name."""
-    import optuna
-
-    return by_state(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
-
-
 def read_trials(storage_url: str, study_name: str, timeout: float = 60.0) -> list[Any]:
     """The study's trials, read only (never creating tables while a driver may be creating them); [] while
     the study does not exist yet. ``timeout``: seconds to wait for SQLite's lock (a short one when the

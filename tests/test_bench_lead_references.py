@@ -74,7 +74,46 @@ def test_the_table_counts_the_references_that_cut_the_best():
 
 
 def test_bad_arguments_stop_before_any_work(capsys):
-    for argv in (["--sizes", "1"], ["--top-min", "0"], ["--draws", "0"], ["--pool", "nowhere"]):
+    for argv in (["--sizes", "1"], ["--top-min", "0"], ["--draws", "0"], ["--pool", "nowhere"],
+                 ["--min-runs", "1"], ["--online", "--workers", "0"]):
         with pytest.raises(SystemExit):
             lr.main(argv)
     assert "usage" in capsys.readouterr().err
+
+
+def test_the_lead_gate_is_set_for_the_block_and_restored():
+    rule = lr.decision.LEAD_MIN_RUNS
+    with lr.lead_gate(None):
+        assert rule == lr.decision.LEAD_MIN_RUNS
+    with lr.lead_gate(20):
+        assert lr.decision.LEAD_MIN_RUNS == 20
+    assert rule == lr.decision.LEAD_MIN_RUNS
+    with pytest.raises(RuntimeError), lr.lead_gate(7):
+        raise RuntimeError("a replay failed")
+    assert rule == lr.decision.LEAD_MIN_RUNS
+
+
+def test_a_reference_under_the_rules_gate_has_its_lead_used_only_below_a_moved_gate():
+    pool, sweep = lr.load_pool("random_s1->random_s0")
+    idx = list(lr.subsets(len(pool), [20], draws=4, seed=31))[3][2]  # §42: its lead cuts the best at gate 20
+    curves = [pool[i] for i in idx]
+    assert len(curves) < lr.decision.LEAD_MIN_RUNS
+    ruled = lr.judge(sweep, curves, [5], orders=2, jobs=1, pool="p", size=20, draw=0)[0]
+    with lr.lead_gate(20):
+        moved = lr.judge(sweep, curves, [5], orders=2, jobs=2, pool="p", size=20, draw=0)[0]
+    # the lead now decides some comparisons the paired predictions decided (in the forked workers too)
+    assert moved.compute != ruled.compute
+    assert moved.orders_cut > ruled.orders_cut == 0  # §42: this 20-run reference's lead cuts random_s0's best
+    # and a gate above the reference's size is the rule's own outcome
+    with lr.lead_gate(21):
+        above = lr.judge(sweep, curves, [5], orders=2, jobs=1, pool="p", size=20, draw=0)[0]
+    assert above == ruled
+
+
+def test_the_online_table_has_a_row_per_sweep_and_workers():
+    rows = [lr.OnlineOutcome("surestop_all", 4, 40, 0.3241, 10, 2, 0.000043),
+            lr.OnlineOutcome("surestop_all", 8, 20, 0.309, 10, 0, 0.0)]
+    lines = lr.online_table(rows).splitlines()
+    assert lines[2] == "| surestop_all | 4 | 40 | 0.324 | 2 of 10 (0.004%) |"
+    assert lines[3] == "| surestop_all | 8 | 20 | 0.309 | 0 of 10 |"
+    assert [s.name for s in lr.online_sweeps()] == list(lr.ONLINE_SWEEPS)

@@ -19,16 +19,26 @@ and replays another sweep with each:
 
 A row per (pool, size, k): references that cut the best in any order, with the orders cut and the worst
 regret, and the compute (mean and range over references). ``--out`` writes every reference's row as CSV.
+``--min-runs N`` moves the rule's gate (``decision.LEAD_MIN_RUNS``, 40) to N runs for this run
+(``lead_gate``), to ask whether a smaller reference's lead is safe (BENCHMARKS §42).
+
+``--online`` asks the same of an online reference, whose lead is read off the sweep's own completed trials
+(a fit of 28 of them at gate 20, of 42 at the rule's 40): surestop_lora's later nights, earlier nights and
+all 197 runs are replayed with ``collapse-online`` on each of ``--workers`` (comma-separated), a row each.
 
     nice .venv/bin/python studies/bench/lead_references.py --sizes 40,50 --draws 12 --seed 23 --top-min 3,5
+    nice .venv/bin/python studies/bench/lead_references.py --sizes 28,30 --draws 12 --seed 43 --top-min 5 \
+        --min-runs 20
+    nice .venv/bin/python studies/bench/lead_references.py --online --workers 2,4,8 [--min-runs 20]
 
 About 2 s per replay of 10 orders on the 2-core machine (the command above: 96 references × 2 replays,
-about 6 minutes).
+about 6 minutes); ``--online --workers 2,4,8``: 9 replays of collapse-online, about 10 minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
 import warnings
@@ -46,6 +56,7 @@ from surestop_lora import read_surestop_lora, split_nights  # noqa: E402
 
 from collapse_hpo.hpo.replays import peers  # noqa: E402
 from collapse_hpo.hpo.replays.replay import Sweep, make_sweep, replay  # noqa: E402
+from collapse_hpo.hpo.rule import decision  # noqa: E402
 from collapse_hpo.predictors.calibrate import LEAD_FRACTIONS, calibrate, lead_bands_of  # noqa: E402
 from collapse_hpo.predictors.curves import Curve, read_curves_csv  # noqa: E402
 
@@ -91,6 +102,22 @@ def subsets(n_pool: int, sizes: list[int], draws: int, seed: int) -> Iterator[tu
             yield size, draw, rng.choice(n_pool, size, replace=False)
 
 
+@contextlib.contextmanager
+def lead_gate(min_runs: int | None) -> Iterator[None]:
+    """Within the block the rule uses a winners' lead from ``min_runs`` reference runs on (None: the rule's
+    own ``decision.LEAD_MIN_RUNS``). A benchmark-only override of the module constant ``lead_margin`` reads
+    at each call (the replays' forked workers inherit it); restored on exit."""
+    if min_runs is None:
+        yield
+        return
+    before = decision.LEAD_MIN_RUNS
+    decision.LEAD_MIN_RUNS = min_runs
+    try:
+        yield
+    finally:
+        decision.LEAD_MIN_RUNS = before
+
+
 def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, jobs: int,
           pool: str, size: int, draw: int) -> list[Outcome]:
     """Calibrate ``curves`` once; replay ``sweep`` with its lead read off each ``top_min``."""
@@ -108,6 +135,48 @@ def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, j
         out.append(Outcome(pool, size, draw, k, summaries[0].compute, orders, cut,
                            max(r.relative_regret for r in runs)))
     return out
+
+
+ONLINE_SWEEPS = ("surestop_later", "surestop_earlier", "surestop_all")
+
+
+@dataclass
+class OnlineOutcome:
+    """One sweep's replay with ``collapse-online`` at one gate and worker count."""
+
+    sweep: str
+    workers: int
+    min_runs: int
+    compute: float
+    orders: int
+    orders_cut: int
+    max_regret: float
+
+
+def online_sweeps() -> list[Sweep]:
+    """surestop_lora's later nights, earlier nights and all 197 runs (``ONLINE_SWEEPS``), each a sweep."""
+    runs = read_surestop_lora()
+    earlier, later = split_nights(runs)
+    return [make_sweep(c, name=n) for c, n in zip((later, earlier, runs), ONLINE_SWEEPS, strict=True)]
+
+
+def judge_online(sweep: Sweep, workers: int, orders: int, jobs: int) -> OnlineOutcome:
+    """Replay ``sweep`` with ``collapse-online`` (as ``collapse-hpo replay``) at the gate now in force."""
+    summaries, results = replay(sweep, [peers.factory("collapse-online")], orders=orders, workers=workers,
+                                jobs=jobs)
+    runs = next(iter(results.values()))
+    return OnlineOutcome(sweep.name, workers, decision.LEAD_MIN_RUNS, summaries[0].compute, orders,
+                         sum(r.best_pruned for r in runs), max(r.relative_regret for r in runs))
+
+
+def online_table(outcomes: list[OnlineOutcome]) -> str:
+    """A markdown row per (sweep, workers, gate)."""
+    lines = ["| sweep | workers | lead from (completed trials) | compute | best cut (max regret) |",
+             "|---|---:|---:|---:|---|"]
+    for o in outcomes:
+        lines.append(f"| {o.sweep} | {o.workers} | {o.min_runs} | {o.compute:.3f} | {o.orders_cut} of "
+                     f"{o.orders}{f' ({o.max_regret:.3%})' if o.orders_cut else ''} |")
+    return "\n".join(lines)
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -136,17 +205,37 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=2, help="processes per replay")
     ap.add_argument("--out", default=None, help="CSV of every reference's outcome")
+    ap.add_argument("--online", action="store_true",
+                    help="replay surestop_lora with collapse-online instead (module docstring)")
+    ap.add_argument("--workers", default="4", help="--online: concurrent trials, comma-separated")
+    ap.add_argument("--min-runs", type=int, default=None,
+                    help=f"the lead serves from this many reference runs on (rule: {decision.LEAD_MIN_RUNS})")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     top_mins = [int(k) for k in args.top_min.split(",")]
     if min(sizes) < 2 or min(top_mins) < 1 or args.draws < 1 or args.orders < 1:
         ap.error("--sizes must be at least 2 runs, --top-min, --draws and --orders at least 1")
+    if args.min_runs is not None and args.min_runs < 2:
+        ap.error("--min-runs must be at least 2 runs")
+    workers = [int(w) for w in args.workers.split(",")]
+    if min(workers) < 1:
+        ap.error("--workers must be at least 1")
+    if args.online:
+        rows = []
+        with lead_gate(args.min_runs):
+            for sweep in online_sweeps():
+                for w in workers:
+                    rows.append(judge_online(sweep, w, args.orders, args.jobs))
+                    print(online_table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+        print(online_table(rows))
+        return
     outcomes: list[Outcome] = []
     for pool_name in args.pool or POOLS:
         pool, sweep = load_pool(pool_name)
         for size, draw, idx in subsets(len(pool), sizes, args.draws, args.seed):
-            got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name, size,
-                        draw)
+            with lead_gate(args.min_runs):
+                got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name, size,
+                            draw)
             for o in got:
                 print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
                       f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "

@@ -118,6 +118,14 @@ def lead_gate(min_runs: int | None) -> Iterator[None]:
         decision.LEAD_MIN_RUNS = before
 
 
+def replayed(sweep: Sweep, factory: peers.PrunerFactory, orders: int, workers: int,
+             jobs: int) -> tuple[float, int, float]:
+    """One pruner's replay of ``sweep``, from its ``Summary``: the compute, the orders in which the best
+    was cut and the worst relative regret."""
+    summary = replay(sweep, [factory], orders=orders, workers=workers, jobs=jobs)[0][0]
+    return summary.compute, round(summary.best_pruned_rate * summary.orders), summary.max_relative_regret
+
+
 def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, jobs: int,
           pool: str, size: int, draw: int) -> list[Outcome]:
     """Calibrate ``curves`` once; replay ``sweep`` with its lead read off each ``top_min``."""
@@ -128,12 +136,8 @@ def judge(sweep: Sweep, curves: list[Curve], top_mins: list[int], orders: int, j
     for k in top_mins:
         bands = lead_bands_of(curves, LEAD_FRACTIONS, surrogate.align_start, top_min=k)
         ref = replace(surrogate, lead_bands=bands)
-        summaries, results = replay(sweep, [peers.factory("collapse", surrogate=ref)], orders=orders,
-                                    workers=4, jobs=jobs)
-        runs = next(iter(results.values()))
-        cut = sum(r.best_pruned for r in runs)
-        out.append(Outcome(pool, size, draw, k, summaries[0].compute, orders, cut,
-                           max(r.relative_regret for r in runs)))
+        compute, cut, regret = replayed(sweep, peers.factory("collapse", surrogate=ref), orders, 4, jobs)
+        out.append(Outcome(pool, size, draw, k, compute, orders, cut, regret))
     return out
 
 
@@ -162,11 +166,8 @@ def online_sweeps() -> list[Sweep]:
 
 def judge_online(sweep: Sweep, workers: int, orders: int, jobs: int) -> OnlineOutcome:
     """Replay ``sweep`` with ``collapse-online`` (as ``collapse-hpo replay``) at the gate now in force."""
-    summaries, results = replay(sweep, [peers.factory("collapse-online")], orders=orders, workers=workers,
-                                jobs=jobs)
-    runs = next(iter(results.values()))
-    return OnlineOutcome(sweep.name, workers, decision.LEAD_MIN_RUNS, summaries[0].compute, orders,
-                         sum(r.best_pruned for r in runs), max(r.relative_regret for r in runs))
+    compute, cut, regret = replayed(sweep, peers.factory("collapse-online"), orders, workers, jobs)
+    return OnlineOutcome(sweep.name, workers, decision.LEAD_MIN_RUNS, compute, orders, cut, regret)
 
 
 def online_table(outcomes: list[OnlineOutcome]) -> str:
@@ -230,17 +231,17 @@ def main(argv: list[str] | None = None) -> None:
         print(online_table(rows))
         return
     outcomes: list[Outcome] = []
-    for pool_name in args.pool or POOLS:
-        pool, sweep = load_pool(pool_name)
-        for size, draw, idx in subsets(len(pool), sizes, args.draws, args.seed):
-            with lead_gate(args.min_runs):
+    with lead_gate(args.min_runs):
+        for pool_name in args.pool or POOLS:
+            pool, sweep = load_pool(pool_name)
+            for size, draw, idx in subsets(len(pool), sizes, args.draws, args.seed):
                 got = judge(sweep, [pool[i] for i in idx], top_mins, args.orders, args.jobs, pool_name, size,
                             draw)
-            for o in got:
-                print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
-                      f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "
-                      f"max regret {o.max_regret:.3%}", file=sys.stderr, flush=True)
-            outcomes += got
+                for o in got:
+                    print(f"  {o.pool} n={o.size} draw {o.draw} top_min {o.top_min}: "
+                          f"compute {o.compute:.3f}, best cut in {o.orders_cut} of {o.orders}, "
+                          f"max regret {o.max_regret:.3%}", file=sys.stderr, flush=True)
+                outcomes += got
     print(table(outcomes))
     if args.out:
         with open(args.out, "w", newline="") as fh:

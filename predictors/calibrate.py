@@ -161,6 +161,11 @@ class _Data:
 #: The error model reuses the m check's fold fits with m fixed when m stays fixed (``calibrate``): they are
 #: the same calls. False runs them again (tests/test_predictors_calibrate.py: the same surrogate either way).
 REUSE_M_CHECK_FITS = True
+#: When the m check frees m, the error model's fold fits are the m check's free-m ones too (``calibrate``):
+#: fits of the same rows with the same settings, started at the fixed-m optimum of all curves instead of the
+#: free-m one, so equal up to Nelder–Mead's tolerance (held-out bands within ~1e-6 of each other). Five
+#: refinements fewer per online fit of five folds: a quarter of its time (BENCHMARKS §43). False refits them.
+REUSE_FREE_M_FITS = True
 
 
 def _subset(d: _Data, idx: np.ndarray) -> _Data:
@@ -1062,7 +1067,9 @@ def calibrate(
     # The m check's fits with m fixed, by fold: fit(train, False, start=base) is the very call the error
     # model makes for that fold when m stays fixed (best is base): a refinement is a function of its rows,
     # start and settings, so it is not run twice (a third of the refinements of a calibration that keeps m).
+    # Its fits with m free serve the error model when m is freed (``REUSE_FREE_M_FITS``).
     fixed_fits: dict[int, _Params] = {}
+    free_fits: dict[int, _Params] = {}
     chosen_free = free_m is True
     if free_m == "auto":
         if not fold_masks:
@@ -1076,8 +1083,7 @@ def calibrate(
                 for free in (False, True):
                     pr = fit(train, free, start=base)
                     held[free].append(_eval(_subset(d, test), pr, eps2, 0.0))
-                    if not free:
-                        fixed_fits[f] = pr
+                    (free_fits if free else fixed_fits)[f] = pr
             fixed_mae, free_mae = float(np.mean(held[False])), float(np.mean(held[True]))
             chosen_free = free_mae < 0.98 * fixed_mae
             notes.append(
@@ -1096,6 +1102,8 @@ def calibrate(
             train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
             if best is base and not chosen_free and f in fixed_fits and REUSE_M_CHECK_FITS:
                 pr = fixed_fits[f]  # the m check made this very call: fit(train, False, start=base)
+            elif chosen_free and f in free_fits and REUSE_FREE_M_FITS:
+                pr = free_fits[f]  # the m check's fit(train, True, start=base): the same fit, another start
             else:
                 pr = fit(train, chosen_free, start=best)
             s_fold = _to_surrogate(pr, tau0, tpp0, tau_law, tpp_law, eps1, eps2, align, align_start)

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from collapse_hpo.predictors.calibrate import calibrate
+from collapse_hpo.predictors.calibrate import Calibration, calibrate
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import predict_final_loss
 from collapse_hpo.predictors.schedules import Schedule
@@ -364,12 +364,15 @@ def test_the_python_nelder_mead_is_scipys_to_the_bit():
                 assert ours == theirs
 
 
-def test_the_error_model_reuses_the_m_checks_fixed_m_fold_fits_to_the_bit(monkeypatch):
-    """With m kept fixed by the m check, the error model's fold fits are the m check's fixed-m ones (the same
-    calls: ``REUSE_M_CHECK_FITS``): one refinement fewer per fold, and the same surrogate to the bit."""
+def _calibrations_with_and_without(
+    monkeypatch, flag: str, m: float, note: str
+) -> list[tuple[Calibration, int]]:
+    """Calibrations of six synthetic curves (true m = ``m``; three groups of two seeds, 3 folds, ``free_m``
+    "auto") with the module constant ``flag`` on, then off: each with its count of refinements. ``note``: a
+    phrase the m check's note must hold (the case the constant is about)."""
     from collapse_hpo.predictors import calibrate as cal_module
 
-    truth = Surrogate(b_c=0.5, b_e=0.0, q_c=1.0, q_e=0.0, m=0.05, tau_law="constant", tpp_law="constant")
+    truth = Surrogate(b_c=0.5, b_e=0.0, q_c=1.0, q_e=0.0, m=m, tau_law="constant", tpp_law="constant")
     curves = synthetic_curves(truth, taus=(0.1,), tpps=(20.0, 21.0, 22.0), seeds=2, noise=0.002, seed=3)
     refine = cal_module._refine
     runs: list[int] = []
@@ -379,14 +382,35 @@ def test_the_error_model_reuses_the_m_checks_fixed_m_fold_fits_to_the_bit(monkey
         return refine(*args, **kwargs)
 
     monkeypatch.setattr(cal_module, "_refine", counted)
-
-    def run(reuse: bool) -> tuple[dict, int]:
-        monkeypatch.setattr(cal_module, "REUSE_M_CHECK_FITS", reuse)
+    out = []
+    for reuse in (True, False):
+        monkeypatch.setattr(cal_module, flag, reuse)
         runs.clear()
         c = calibrate(curves, free_m="auto", groups=[i // 2 for i in range(6)], folds=3)
-        assert any("m kept fixed" in n for n in c.notes)  # the case where the fits are the same calls
-        return c.surrogate.to_dict(), len(runs)
+        assert any(note in n for n in c.notes)
+        out.append((c, len(runs)))
+    return out
 
-    (reused, n_reused), (again, n_again) = run(True), run(False)
+
+def test_the_error_model_reuses_the_m_checks_fixed_m_fold_fits_to_the_bit(monkeypatch):
+    """With m kept fixed by the m check, the error model's fold fits are the m check's fixed-m ones (the same
+    calls: ``REUSE_M_CHECK_FITS``): one refinement fewer per fold, and the same surrogate to the bit."""
+    (reused, n_reused), (again, n_again) = _calibrations_with_and_without(
+        monkeypatch, "REUSE_M_CHECK_FITS", m=0.05, note="m kept fixed")
     assert n_reused == n_again - 3  # the 3 folds' error-model refinements were not run again
-    assert reused == again
+    assert reused.surrogate.to_dict() == again.surrogate.to_dict()
+
+
+def test_the_error_model_reuses_the_m_checks_free_m_fold_fits(monkeypatch):
+    """With m freed by the m check, the error model's fold fits are the m check's free-m ones
+    (``REUSE_FREE_M_FITS``): fits of the same rows started elsewhere, so one refinement fewer per fold and
+    held-out error bands equal up to Nelder–Mead's tolerance."""
+    (reused, n_reused), (again, n_again) = _calibrations_with_and_without(
+        monkeypatch, "REUSE_FREE_M_FITS", m=0.2, note="m freed")
+    assert n_reused == n_again - 3  # the 3 folds' error-model refinements were not run again
+    ours, theirs = reused.surrogate, again.surrogate
+    assert ours.m == theirs.m and ours.b_c == theirs.b_c  # the surrogate itself is the same fit
+    assert [b.fraction for b in ours.error_bands] == [b.fraction for b in theirs.error_bands]
+    for a, b in zip(ours.error_bands, theirs.error_bands, strict=True):
+        assert a.n == b.n
+        assert abs(a.bias - b.bias) < 1e-4 and abs(a.scale - b.scale) < 1e-4

@@ -11,9 +11,15 @@ trails one that ends *worse* (over every such pair: "all pairs"), and the same f
 Sweeps: the development τ-held LR and batch sweeps (25K, studies/bench/artifacts/dev25k), the 99K τ-held
 sweeps of §5, the quickstart's 12 trials and the tiny two-worker sweep (all in studies/bench/artifacts).
 
+``--by-lr`` splits each envelope by the direction of the peak LRs (BENCHMARKS §43): the trial that ends better
+trails with the higher peak LR, or with the lower one. A margin for one direction only would need the pruner
+to know each trial's peak LR; the split says whether such a margin could be safe. The peak LR is the largest
+value of a curve's ``lr`` column; a file whose curves all peak at the same value holds the schedule's shape
+only (the quickstart's and the tiny sweep's: peak 1) and is left out of that table.
+
 Usage::
 
-    .venv/bin/python studies/bench/equal_controls_envelope.py [--out FILE]     # ≈ 5 s
+    .venv/bin/python studies/bench/equal_controls_envelope.py [--out FILE] [--by-lr]     # ≈ 5 s
 """
 
 from __future__ import annotations
@@ -71,10 +77,76 @@ def envelope(curves: list[Curve], f: float) -> tuple[float, float]:
             float(worst_best) if np.isfinite(worst_best) else np.nan)
 
 
+def peak_lrs(curves: list[Curve]) -> dict[str, float] | None:
+    """Each curve's peak LR (its ``lr`` column's largest value); None when a curve has no LR or every curve
+    peaks at the same value (the file holds the schedule's shape, not the LR)."""
+    peaks: dict[str, float] = {}
+    for c in curves:
+        if c.lr is None or not np.isfinite(c.lr).any():
+            return None
+        peaks[c.run] = float(np.nanmax(c.lr))
+    values = list(peaks.values())
+    return None if np.allclose(values, values[0], rtol=1e-9, atol=0.0) else peaks
+
+
+def envelope_by_lr(curves: list[Curve], peaks: dict[str, float], f: float) -> tuple[float, ...]:
+    """``envelope`` split by the peak LRs: (all pairs, the best) where the trial that ends better has the
+    higher peak LR, then (all pairs, the best) where it has the lower one; NaN where no such pair."""
+    final = {c.run: c.final_loss for c in curves}
+    best = min(final, key=final.get)
+    onset = collapse_onset(curves[0].tau)
+    out = np.full(4, -np.inf)
+    if f < onset:
+        return (np.nan,) * 4
+    for a in curves:  # a ends better than b
+        for b in curves:
+            if final[a.run] >= final[b.run] or peaks[a.run] == peaks[b.run]:
+                continue
+            r = loss_log_ratio(a.t_hat, a.loss, b.t_hat, b.loss, f, 0.5, onset=onset)
+            if r is None:
+                continue
+            k = 0 if peaks[a.run] > peaks[b.run] else 2
+            out[k] = max(out[k], r)
+            if a.run == best:
+                out[k + 1] = max(out[k + 1], r)
+    return tuple(float(v) if np.isfinite(v) else np.nan for v in out)
+
+
+BY_LR_ROWS = ("higher LR, all", "higher LR, best", "lower LR, all", "lower LR, best")
+
+
+def by_lr_table() -> list[str]:
+    """The ``--by-lr`` table's lines: per sweep with peak LRs, the four envelopes of ``envelope_by_lr``."""
+    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls, by "
+             "whether the trial that ends better has the higher or the lower peak LR (\"best\": the sweep's "
+             "best as that trial).", "",
+             "| sweep | trailing trial | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
+             "|" + "---|" * (2 + len(FRACTIONS))]
+    for name, rel in SWEEPS.items():
+        for seed, curves in by_seed(read_curves_csv(ART / rel)).items():
+            peaks = peak_lrs(curves)
+            if len(curves) < 2 or peaks is None:
+                continue
+            rows = [envelope_by_lr(curves, peaks, f) for f in FRACTIONS]
+            label = f"{name} {seed.rsplit('_', 1)[-1]}" if seed else name
+            for k, what in enumerate(BY_LR_ROWS):
+                cells = " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
+                lines.append(f"| {label} | {what} | {cells} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    ap.add_argument("--by-lr", action="store_true",
+                    help="the envelopes split by the direction of the peak LRs (sweeps whose files hold LRs)")
     args = ap.parse_args(argv)
+    if args.by_lr:
+        text = "\n".join(by_lr_table())
+        print(text)
+        if args.out:
+            args.out.write_text(text + "\n")
+        return
     head = "| sweep | trials | τ | pairs | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |"
     lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
              "\"all\": every such pair, \"best\": over the sweep's best trial.", "", head,

@@ -163,7 +163,7 @@ class _Data:
 REUSE_M_CHECK_FITS = True
 #: When the m check frees m, the error model's fold fits are the m check's free-m ones too (``calibrate``):
 #: fits of the same rows with the same settings, started at the fixed-m optimum of all curves instead of the
-#: free-m one, so equal up to Nelder–Mead's tolerance (held-out bands within ~1e-6 of each other). Five
+#: free-m one, so equal up to Nelder–Mead's tolerance (held-out bands within ~1e-5 of each other). Five
 #: refinements fewer per online fit of five folds: a quarter of its time (BENCHMARKS §43). False refits them.
 REUSE_FREE_M_FITS = True
 

@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -54,27 +55,41 @@ def by_seed(curves: list[Curve]) -> dict[str, list[Curve]]:
     return out
 
 
-def envelope(curves: list[Curve], f: float) -> tuple[float, float]:
-    """(all pairs, the best): the largest lead, as a log loss ratio at ``f``, of a trial that ends worse over
-    one that ends better; NaN before the collapse onset or without a pair."""
+def sweeps() -> Iterator[tuple[str, list[Curve]]]:
+    """(label, curves) of every sweep of ``SWEEPS`` with at least two trials, one per seed."""
+    for name, rel in SWEEPS.items():
+        for seed, curves in by_seed(read_curves_csv(ART / rel)).items():
+            if len(curves) >= 2:
+                yield (f"{name} {seed.rsplit('_', 1)[-1]}" if seed else name), curves
+
+
+def crossings(curves: list[Curve], f: float) -> Iterator[tuple[Curve, Curve, float, bool]]:
+    """Every pair (better, worse, lead, better is the sweep's best) where ``better`` ends below ``worse`` and
+    ``lead`` is how far ``worse`` leads it at ``f`` (the rule's log loss ratio); none before the collapse
+    onset."""
     final = {c.run: c.final_loss for c in curves}
     best = min(final, key=final.get)
     onset = collapse_onset(curves[0].tau)
     if f < onset:
-        return np.nan, np.nan
-    worst_all = worst_best = -np.inf
+        return
     for a in curves:  # a ends better than b
         for b in curves:
             if final[a.run] >= final[b.run]:
                 continue
             r = loss_log_ratio(a.t_hat, a.loss, b.t_hat, b.loss, f, 0.5, onset=onset)
-            if r is None:
-                continue
-            worst_all = max(worst_all, r)
-            if a.run == best:
-                worst_best = max(worst_best, r)
-    return (float(worst_all) if np.isfinite(worst_all) else np.nan,
-            float(worst_best) if np.isfinite(worst_best) else np.nan)
+            if r is not None:
+                yield a, b, r, a.run == best
+
+
+def _largest(values: list[float]) -> float:
+    return max(values) if values else np.nan
+
+
+def envelope(curves: list[Curve], f: float) -> tuple[float, float]:
+    """(all pairs, the best): the largest lead, as a log loss ratio at ``f``, of a trial that ends worse over
+    one that ends better; NaN before the collapse onset or without a pair."""
+    pairs = list(crossings(curves, f))
+    return _largest([r for *_, r, _ in pairs]), _largest([r for *_, r, is_best in pairs if is_best])
 
 
 def peak_lrs(curves: list[Curve]) -> dict[str, float] | None:
@@ -92,27 +107,32 @@ def peak_lrs(curves: list[Curve]) -> dict[str, float] | None:
 def envelope_by_lr(curves: list[Curve], peaks: dict[str, float], f: float) -> tuple[float, ...]:
     """``envelope`` split by the peak LRs: (all pairs, the best) where the trial that ends better has the
     higher peak LR, then (all pairs, the best) where it has the lower one; NaN where no such pair."""
-    final = {c.run: c.final_loss for c in curves}
-    best = min(final, key=final.get)
-    onset = collapse_onset(curves[0].tau)
-    out = np.full(4, -np.inf)
-    if f < onset:
-        return (np.nan,) * 4
-    for a in curves:  # a ends better than b
-        for b in curves:
-            if final[a.run] >= final[b.run] or peaks[a.run] == peaks[b.run]:
-                continue
-            r = loss_log_ratio(a.t_hat, a.loss, b.t_hat, b.loss, f, 0.5, onset=onset)
-            if r is None:
-                continue
-            k = 0 if peaks[a.run] > peaks[b.run] else 2
-            out[k] = max(out[k], r)
-            if a.run == best:
-                out[k + 1] = max(out[k + 1], r)
-    return tuple(float(v) if np.isfinite(v) else np.nan for v in out)
+    out: list[float] = []
+    for higher in (True, False):
+        side = [(r, is_best) for a, b, r, is_best in crossings(curves, f)
+                if peaks[a.run] != peaks[b.run] and (peaks[a.run] > peaks[b.run]) == higher]
+        out += [_largest([r for r, _ in side]), _largest([r for r, is_best in side if is_best])]
+    return tuple(out)
 
 
 BY_LR_ROWS = ("higher LR, all", "higher LR, best", "lower LR, all", "lower LR, best")
+
+
+def _cells(rows: list[tuple[float, ...]], k: int) -> str:
+    return " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
+
+
+def envelope_table() -> list[str]:
+    """The default table's lines: per sweep, ``envelope`` over all pairs and over the best."""
+    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
+             "\"all\": every such pair, \"best\": over the sweep's best trial.", "",
+             "| sweep | trials | τ | pairs | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
+             "|" + "---|" * (4 + len(FRACTIONS))]
+    for label, curves in sweeps():
+        rows = [envelope(curves, f) for f in FRACTIONS]
+        for k, what in enumerate(("all", "best")):
+            lines.append(f"| {label} | {len(curves)} | {curves[0].tau:.3g} | {what} | {_cells(rows, k)} |")
+    return lines
 
 
 def by_lr_table() -> list[str]:
@@ -122,16 +142,13 @@ def by_lr_table() -> list[str]:
              "best as that trial).", "",
              "| sweep | trailing trial | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
              "|" + "---|" * (2 + len(FRACTIONS))]
-    for name, rel in SWEEPS.items():
-        for seed, curves in by_seed(read_curves_csv(ART / rel)).items():
-            peaks = peak_lrs(curves)
-            if len(curves) < 2 or peaks is None:
-                continue
-            rows = [envelope_by_lr(curves, peaks, f) for f in FRACTIONS]
-            label = f"{name} {seed.rsplit('_', 1)[-1]}" if seed else name
-            for k, what in enumerate(BY_LR_ROWS):
-                cells = " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
-                lines.append(f"| {label} | {what} | {cells} |")
+    for label, curves in sweeps():
+        peaks = peak_lrs(curves)
+        if peaks is None:
+            continue
+        rows = [envelope_by_lr(curves, peaks, f) for f in FRACTIONS]
+        for k, what in enumerate(BY_LR_ROWS):
+            lines.append(f"| {label} | {what} | {_cells(rows, k)} |")
     return lines
 
 
@@ -141,30 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--by-lr", action="store_true",
                     help="the envelopes split by the direction of the peak LRs (sweeps whose files hold LRs)")
     args = ap.parse_args(argv)
-    if args.by_lr:
-        text = "\n".join(by_lr_table())
-        print(text)
-        if args.out:
-            args.out.write_text(text + "\n")
-        return
-    head = "| sweep | trials | τ | pairs | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |"
-    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
-             "\"all\": every such pair, \"best\": over the sweep's best trial.", "", head,
-             "|" + "---|" * (4 + len(FRACTIONS))]
-    for name, rel in SWEEPS.items():
-        for seed, curves in by_seed(read_curves_csv(ART / rel)).items():
-            if len(curves) < 2:
-                continue
-            rows = [envelope(curves, f) for f in FRACTIONS]
-            label = f"{name} {seed.rsplit('_', 1)[-1]}" if seed else name
-            for k, what in enumerate(("all", "best")):
-                cells = " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
-                lines.append(f"| {label} | {len(curves)} | {curves[0].tau:.3g} | {what} | {cells} |")
-    text = "\n".join(lines)
+    text = "\n".join(by_lr_table() if args.by_lr else envelope_table())
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-
 
 if __name__ == "__main__":
     main()

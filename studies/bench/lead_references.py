@@ -170,14 +170,17 @@ def judge_online(sweep: Sweep, workers: int, orders: int, jobs: int) -> OnlineOu
     return OnlineOutcome(sweep.name, workers, decision.LEAD_MIN_RUNS, compute, orders, cut, regret)
 
 
+def online_row(o: OnlineOutcome) -> str:
+    """One markdown row of ``online_table``."""
+    return (f"| {o.sweep} | {o.workers} | {o.min_runs} | {o.compute:.3f} | {o.orders_cut} of "
+            f"{o.orders}{f' ({o.max_regret:.3%})' if o.orders_cut else ''} |")
+
+
 def online_table(outcomes: list[OnlineOutcome]) -> str:
     """A markdown row per (sweep, workers, gate)."""
     lines = ["| sweep | workers | lead from (completed trials) | compute | best cut (max regret) |",
              "|---|---:|---:|---:|---|"]
-    for o in outcomes:
-        lines.append(f"| {o.sweep} | {o.workers} | {o.min_runs} | {o.compute:.3f} | {o.orders_cut} of "
-                     f"{o.orders}{f' ({o.max_regret:.3%})' if o.orders_cut else ''} |")
-    return "\n".join(lines)
+    return "\n".join(lines + [online_row(o) for o in outcomes])
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
             for sweep in online_sweeps():
                 for w in workers:
                     rows.append(judge_online(sweep, w, args.orders, args.jobs))
-                    print(online_table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+                    print(online_row(rows[-1]), file=sys.stderr, flush=True)
         print(online_table(rows))
         return
     outcomes: list[Outcome] = []

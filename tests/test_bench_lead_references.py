@@ -81,6 +81,15 @@ def test_bad_arguments_stop_before_any_work(capsys):
     assert "usage" in capsys.readouterr().err
 
 
+def test_a_list_argument_that_is_not_numbers_is_a_usage_error_not_a_traceback(capsys):
+    for argv in (["--sizes", "40,x"], ["--top-min", "five"], ["--online", "--workers", "4,"]):
+        with pytest.raises(SystemExit) as stop:
+            lr.main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "usage" in err and "expected whole numbers separated by commas" in err
+
+
 def test_the_lead_gate_is_set_for_the_block_and_restored():
     rule = lr.decision.LEAD_MIN_RUNS
     with lr.lead_gate(None):

@@ -198,30 +198,40 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers (an argparse type: a bad one is a usage error)."""
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers separated by commas, got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pool", action="append", choices=POOLS,
                     help="reference pool (repeatable; default: all)")
-    ap.add_argument("--sizes", default="40,50", help="reference sizes, comma-separated (runs)")
+    ap.add_argument("--sizes", type=int_list, default="40,50", help="reference sizes, comma-separated (runs)")
     ap.add_argument("--draws", type=int, default=6, help="references drawn per pool and size")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--top-min", default="3,5", help="values of LEAD_TOP_MIN to compare, comma-separated")
+    ap.add_argument("--top-min", type=int_list, default="3,5",
+                    help="values of LEAD_TOP_MIN to compare, comma-separated")
     ap.add_argument("--orders", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=2, help="processes per replay")
     ap.add_argument("--out", default=None, help="CSV of every reference's outcome")
     ap.add_argument("--online", action="store_true",
                     help="replay surestop_lora with collapse-online instead (module docstring)")
-    ap.add_argument("--workers", default="4", help="--online: concurrent trials, comma-separated")
+    ap.add_argument("--workers", type=int_list, default="4",
+                    help="--online: concurrent trials, comma-separated")
     ap.add_argument("--min-runs", type=int, default=None,
                     help=f"the lead serves from this many reference runs on (rule: {decision.LEAD_MIN_RUNS})")
     args = ap.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    top_mins = [int(k) for k in args.top_min.split(",")]
+    sizes, top_mins = args.sizes, args.top_min
     if min(sizes) < 2 or min(top_mins) < 1 or args.draws < 1 or args.orders < 1:
         ap.error("--sizes must be at least 2 runs, --top-min, --draws and --orders at least 1")
     if args.min_runs is not None and args.min_runs < 2:
         ap.error("--min-runs must be at least 2 runs")
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = args.workers
     if min(workers) < 1:
         ap.error("--workers must be at least 1")
     if args.online:

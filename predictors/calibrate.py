@@ -307,13 +307,22 @@ def _prepare(
     )
 
 
-def _shapes(d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float) -> np.ndarray:
-    """ℓ̂ for parameter sets: b, q of shape (K, C) → (K, C, G)."""
-    first = np.exp(m * d.log_r)  # (G,)
+def _q_terms(d: _Data, q: np.ndarray, eps2: float) -> tuple[np.ndarray, np.ndarray]:
+    """(η + ε2)^q on the grid (..., C, G) and at t̂ = 1 (..., C), for q of shape (..., C)."""
     le, le1 = _log_eta(d, eps2)  # (C, G), (C,)
-    p = np.exp(q[:, :, None] * le[None])
-    p1 = np.exp(q * le1[None])
-    return (first[None, None, :] + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
+    return np.exp(q[..., None] * le), np.exp(q * le1)
+
+
+def _shapes(
+    d: _Data, b: np.ndarray, q: np.ndarray, m: float, eps2: float,
+    q_terms: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """ℓ̂ for parameter sets: b, q of shape (K, C) → (K, C, G). ``q_terms``: ``_q_terms`` of one q (C,) that
+    every set shares, made once by a grid search that holds q fixed (the same values as each set's own: an
+    exponential of the same products)."""
+    first = np.exp(m * d.log_r)  # (G,)
+    p, p1 = _q_terms(d, q, eps2) if q_terms is None else q_terms
+    return (first + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
 
 
 def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarray:
@@ -322,12 +331,18 @@ def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarra
     ell = d.ell
     # np.add.reduce is what np.sum and ndarray.mean run, without their wrappers' per-call cost (a fit
     # evaluates this thousands of times on small arrays); the same numbers, bit for bit.
-    mae = np.add.reduce(np.abs(ell[None] - shapes) * d.w_fit[None], axis=2)  # (K, C)
+    work = np.subtract(ell, shapes)  # (K, C, G), reused for every product below
+    np.abs(work, out=work)
+    np.multiply(work, d.w_fit, out=work)
+    mae = np.add.reduce(work, axis=2)  # (K, C)
     obj = np.add.reduce(mae, axis=1) / mae.shape[1]
     terms = _predict_terms(d) if predict_weight > 0 else None
-    if terms is not None:  # all predict fractions at once: (P', K, C), each number as one fraction alone
+    if terms is not None:  # every predict fraction: (P', K, C), each number as one fraction alone
         wl, den, has = terms
-        num = np.add.reduce(wl[:, None] * shapes[None], axis=3)  # Σ w ℓ ℓ̂
+        num = np.empty((wl.shape[0], *shapes.shape[:2]))
+        for k in range(wl.shape[0]):  # one fraction at a time: a (K, C, G) product, not a (P', K, C, G) one
+            np.multiply(wl[k], shapes, out=work)
+            np.add.reduce(work, axis=2, out=num[k])  # Σ w ℓ ℓ̂
         with np.errstate(divide="ignore", invalid="ignore"):
             err = np.abs(np.log(np.where(num > 0, num, np.nan) / den[:, None]))
         errs = _nanmean(np.where(has[:, None], err, np.nan), axis=2)  # (P', K)
@@ -476,17 +491,26 @@ def _best_pair(
 ) -> tuple[float, float]:
     """One half-step of the alternating search: the grid point (log c, e) of one law, value = exp(log c + e ·
     log_x) per curve (log_x: log τ for b, log TPP for q), that minimizes the objective with the other law held
-    at ``other`` (per curve). ``vary_b``: the varied law is b (else q). Scored in blocks of 64 grid points."""
+    at ``other`` (per curve). ``vary_b``: the varied law is b (else q), and q's terms are made once.
+
+    Scored in blocks of ``GRID_BLOCK`` grid points; a point's score does not depend on its block (the same
+    elementwise operations and row sums), so the block size only sets the arrays' size."""
     C, E = np.meshgrid(c_grid, e_grid, indexing="ij")
     C, E = C.ravel(), E.ravel()
     scores = np.empty(C.size)
-    for s in range(0, C.size, 64):
-        law = np.exp(C[s : s + 64, None] + E[s : s + 64, None] * log_x[None])
+    q_terms = _q_terms(d, other, eps2) if vary_b else None
+    for s in range(0, C.size, GRID_BLOCK):
+        law = np.exp(C[s : s + GRID_BLOCK, None] + E[s : s + GRID_BLOCK, None] * log_x[None])
         fixed = np.broadcast_to(other[None], law.shape)
         bb, qq = (law, fixed) if vary_b else (fixed, law)
-        scores[s : s + 64] = _objective(d, _shapes(d, bb, qq, m, eps2), predict_weight)
+        scores[s : s + GRID_BLOCK] = _objective(d, _shapes(d, bb, qq, m, eps2, q_terms), predict_weight)
     k = int(np.nanargmin(scores))
     return float(C[k]), float(E[k])
+
+
+#: Grid points scored at once by ``_best_pair``: (block, curves, ``GRID``) arrays of at most 1.3 MB for 50
+#: curves, which stay in a core's cache; blocks of 64 were 2–4 times that, and slower.
+GRID_BLOCK = 16
 
 
 def _grid_search(

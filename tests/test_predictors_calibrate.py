@@ -243,6 +243,39 @@ def test_a_single_curve_gives_no_pair_bands_and_says_so():
     assert any("no paired error model" in n for n in c.notes)
 
 
+def test_a_grid_points_score_does_not_depend_on_its_block_or_on_q_terms_made_once():
+    """The grid search scores points in blocks and, where it varies b, makes q's terms once for the block:
+    each score must be the bits of that point scored alone with its own q terms, also where exp overflows
+    (wild b, q) and the NaN-skipping means skip."""
+    import warnings
+
+    from collapse_hpo.predictors import calibrate as cal_mod
+
+    curves = synthetic_curves(taus=(0.05, 0.2), tpps=(20.0, 240.0), noise=0.002, seed=4)
+    d = cal_mod._prepare(curves, 0.2, 0.5, cal_mod.PREDICT_FRACTIONS, 0.0, 0.1, 20.0, "power", "power", 1e-3)
+    rng = np.random.default_rng(3)
+    n = len(curves)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for scale in (1.0, 6.0):
+            b = np.exp(rng.normal(0, scale, size=(37, n)))
+            q = np.exp(rng.normal(0, scale, size=n))
+            shared = np.broadcast_to(q[None], b.shape)
+            terms = cal_mod._q_terms(d, q, 0.1)
+            block = cal_mod._objective(d, cal_mod._shapes(d, b, shared, 0.07, 0.1, terms), 1.0)
+            for k in range(b.shape[0]):
+                alone = cal_mod._objective(d, cal_mod._shapes(d, b[k : k + 1], q[None], 0.07, 0.1), 1.0)[0]
+                assert block[k] == alone or (np.isnan(block[k]) and np.isnan(alone)), (scale, k)
+    # the search itself: the same optimum whatever the block size
+    base = cal_mod._grid_search(d, cal_mod._Params(m=0.05), 0.1, 1.0, True, True)
+    before = cal_mod.GRID_BLOCK
+    try:
+        cal_mod.GRID_BLOCK = 5
+        assert cal_mod._grid_search(d, cal_mod._Params(m=0.05), 0.1, 1.0, True, True) == base
+    finally:
+        cal_mod.GRID_BLOCK = before
+
+
 def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():
     """Fits on a fold run on that fold's own rows (`_subset`) with the parameter-free parts made once: the
     objective must give the same bits as on those curves prepared alone, and `_nanmean` as np.nanmean (an

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "studies" / "bench"
 sys.path.insert(0, str(BENCH))
@@ -54,3 +55,23 @@ def test_the_by_lr_table_covers_the_sweeps_whose_files_hold_lrs():
     rows = [line for line in lines if line.startswith("| 99K LR s0 |")]
     assert [r.split(" | ")[1] for r in rows] == list(env.BY_LR_ROWS)
     assert not any(line.startswith("| quickstart |") for line in lines)  # its file holds the schedule only
+
+
+def test_the_bests_leaders_are_ranked_and_the_first_is_the_envelope_over_the_best():
+    # 'best' trails 'a' by 1/0.95 and 'b' by 1/0.98 until t̂ 0.8 and ends ahead of both; 'c' never leads it
+    curves = [_curve("best", np.ones_like(T), 1e-3), _curve("a", np.where(T < 0.8, 0.95, 1.05), 1e-3),
+              _curve("b", np.where(T < 0.8, 0.98, 1.02), 1e-3), _curve("c", np.full_like(T, 1.1), 1e-3)]
+    first, second, third = env.best_leads(curves, 0.5)
+    assert np.isclose(first, -math.log(0.95)) and np.isclose(second, -math.log(0.98))
+    assert np.isclose(third, -math.log(1.1))  # negative: the best leads it
+    assert first == env.envelope(curves, 0.5)[1]
+    assert all(math.isnan(v) for v in env.best_leads(curves, 0.05))  # before the collapse onset
+    assert math.isnan(env.best_leads(curves[:2], 0.5)[1])  # one other trial: no second leader
+
+
+def test_the_kth_table_has_three_ranks_per_sweep_and_one_table_is_asked_for(capsys):
+    rows = [line for line in env.kth_table() if line.startswith("| 99K LR s0 |")]
+    assert [r.split(" | ")[1] for r in rows] == list(env.KTH_ROWS)
+    with pytest.raises(SystemExit):
+        env.main(["--kth", "--by-lr"])
+    assert "ask for one" in capsys.readouterr().err

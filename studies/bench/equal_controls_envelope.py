@@ -17,9 +17,14 @@ to know each trial's peak LR; the split says whether such a margin could be safe
 value of a curve's ``lr`` column; a file whose curves all peak at the same value holds the schedule's shape
 only (the quickstart's and the tiny sweep's: peak 1) and is left out of that table.
 
+``--kth`` reads the envelope over the sweep's best by rank (BENCHMARKS §44): the largest, second and third
+largest lead of a trial that ends worse over the best. A rule that cut a trial only when *k* competitors led
+it by more than a margin of its own could take a smaller margin if the best's k-th leader led it by much
+less than its first; the table says by how much.
+
 Usage::
 
-    .venv/bin/python studies/bench/equal_controls_envelope.py [--out FILE] [--by-lr]     # ≈ 5 s
+    .venv/bin/python studies/bench/equal_controls_envelope.py [--out FILE] [--by-lr | --kth]     # ≈ 5 s
 """
 
 from __future__ import annotations
@@ -92,6 +97,14 @@ def envelope(curves: list[Curve], f: float) -> tuple[float, float]:
     return _largest([r for *_, r, _ in pairs]), _largest([r for *_, r, is_best in pairs if is_best])
 
 
+def best_leads(curves: list[Curve], f: float, ranks: int = 3) -> tuple[float, ...]:
+    """The ``ranks`` largest leads at ``f`` of a trial that ends worse over the sweep's best (the rule's log
+    loss ratio, largest first; negative where the best leads it); NaN before the collapse onset or where
+    fewer trials reach ``f``."""
+    leads = sorted((r for _, _, r, is_best in crossings(curves, f) if is_best), reverse=True)
+    return tuple(leads[k] if k < len(leads) else np.nan for k in range(ranks))
+
+
 def peak_lrs(curves: list[Curve]) -> dict[str, float] | None:
     """Each curve's peak LR (its ``lr`` column's largest value); None when a curve has no LR or every curve
     peaks at the same value (the file holds the schedule's shape, not the LR)."""
@@ -152,13 +165,34 @@ def by_lr_table() -> list[str]:
     return lines
 
 
+KTH_ROWS = ("1st", "2nd", "3rd")
+
+
+def kth_table() -> list[str]:
+    """The ``--kth`` table's lines: per sweep, the best's 1st, 2nd and 3rd largest lead (``best_leads``)."""
+    lines = ["Lead (%) over the sweep's best of the trials that end worse, by rank: the largest, the second "
+             "and the third largest, equal controls (negative: the best leads them all from that rank on).",
+             "",
+             "| sweep | leader | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
+             "|" + "---|" * (2 + len(FRACTIONS))]
+    for label, curves in sweeps():
+        rows = [best_leads(curves, f, len(KTH_ROWS)) for f in FRACTIONS]
+        for k, what in enumerate(KTH_ROWS):
+            lines.append(f"| {label} | {what} | {_cells(rows, k)} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     ap.add_argument("--by-lr", action="store_true",
                     help="the envelopes split by the direction of the peak LRs (sweeps whose files hold LRs)")
+    ap.add_argument("--kth", action="store_true",
+                    help="the best's 1st, 2nd and 3rd largest lead by a trial that ends worse")
     args = ap.parse_args(argv)
-    text = "\n".join(by_lr_table() if args.by_lr else envelope_table())
+    if args.by_lr and args.kth:
+        ap.error("--by-lr and --kth are two tables: ask for one")
+    text = "\n".join(by_lr_table() if args.by_lr else kth_table() if args.kth else envelope_table())
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

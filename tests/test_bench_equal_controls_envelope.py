@@ -53,7 +53,12 @@ def test_a_file_holding_the_schedule_only_has_no_peak_lrs():
 def test_the_by_lr_table_covers_the_sweeps_whose_files_hold_lrs():
     lines = env.by_lr_table()
     rows = [line for line in lines if line.startswith("| 99K LR s0 |")]
-    assert [r.split(" | ")[1] for r in rows] == list(env.BY_LR_ROWS)
+    assert [r.split(" | ")[1] for r in rows] == ["higher LR, all", "higher LR, best", "lower LR, all",
+                                                 "lower LR, best"]
+    # a cell is envelope_by_lr's value at its fraction, in %
+    curves = dict(env.sweeps())["99K LR s0"]
+    want = env.envelope_by_lr(curves, env.peak_lrs(curves), 0.5)[0]
+    assert rows[0].split(" | ")[2 + env.FRACTIONS.index(0.5)] == f"{100 * want:.1f}"
     assert not any(line.startswith("| quickstart |") for line in lines)  # its file holds the schedule only
 
 
@@ -71,7 +76,10 @@ def test_the_bests_leaders_are_ranked_and_the_first_is_the_envelope_over_the_bes
 
 def test_the_kth_table_has_three_ranks_per_sweep_and_one_table_is_asked_for(capsys):
     rows = [line for line in env.kth_table() if line.startswith("| 99K LR s0 |")]
-    assert [r.split(" | ")[1] for r in rows] == list(env.KTH_ROWS)
+    assert [r.split(" | ")[1] for r in rows] == ["1st", "2nd", "3rd"]
+    curves = dict(env.sweeps())["99K LR s0"]
+    second = env.best_leads(curves, 0.3)[1]
+    assert rows[1].split(" | ")[2 + env.FRACTIONS.index(0.3)] == f"{100 * second:.1f}"
     with pytest.raises(SystemExit):
         env.main(["--kth", "--by-lr"])
     assert "ask for one" in capsys.readouterr().err

@@ -76,9 +76,10 @@ def test_the_table_counts_the_references_that_cut_the_best():
 def test_bad_arguments_stop_before_any_work(capsys):
     for argv in (["--sizes", "1"], ["--top-min", "0"], ["--draws", "0"], ["--pool", "nowhere"],
                  ["--min-runs", "1"], ["--online", "--workers", "0"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as stop:
             lr.main(argv)
-    assert "usage" in capsys.readouterr().err
+        assert stop.value.code == 2, argv
+        assert "usage" in capsys.readouterr().err, argv
 
 
 def test_a_list_argument_that_is_not_numbers_is_a_usage_error_not_a_traceback(capsys):
@@ -125,4 +126,10 @@ def test_the_online_table_has_a_row_per_sweep_and_workers():
     lines = lr.online_table(rows).splitlines()
     assert lines[2] == "| surestop_all | 4 | 40 | 0.324 | 2 of 10 (0.004%) |"
     assert lines[3] == "| surestop_all | 8 | 20 | 0.309 | 0 of 10 |"
-    assert [s.name for s in lr.online_sweeps()] == list(lr.ONLINE_SWEEPS)
+    later, earlier, every = lr.online_sweeps()
+    assert (later.name, earlier.name, every.name) == ("surestop_later", "surestop_earlier", "surestop_all")
+    # the two halves split the 197 runs by night, none in both, the earlier nights holding about 45%
+    assert every.n_trials == 197 and later.n_trials + earlier.n_trials == 197
+    assert not {c.run for c in later.curves} & {c.run for c in earlier.curves}
+    assert max(c.meta["night_seed"] for c in earlier.curves) < min(c.meta["night_seed"] for c in later.curves)
+    assert 0.35 < earlier.n_trials / 197 < 0.55

@@ -41,6 +41,8 @@ def test_write_curves_writes_the_examples_draws_as_a_replayable_curve_file(tmp_p
     assert math.isclose(curves[0].tau, ns["step_tau"](lr, wd, steps), rel_tol=1e-12)
 
 
-def test_write_curves_needs_an_existing_directory(tmp_path):
-    with pytest.raises(SystemExit):
+def test_write_curves_needs_an_existing_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
         rx.main(["--write-curves", str(tmp_path / "missing")])
+    assert stop.value.code == 2 and "missing: no such directory" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()

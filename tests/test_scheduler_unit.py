@@ -257,14 +257,13 @@ def test_a_judgement_rebuilds_only_the_competitors_that_moved(tmp_path, monkeypa
     s.on_trial_add(None, c)
     s.on_trial_add(None, d)
     built.clear()
-    judged = 0
     for i in range(1, 11):  # c reports every step, d only at the first: a and b, then d, never change
         t = i / 20
         if i == 1:
             assert s.on_trial_result(None, d, {"loss": loss_at(3.0, t), "t_hat": t}) == CONTINUE
         assert s.on_trial_result(None, c, {"loss": loss_at(3.0, t), "t_hat": t}) == CONTINUE
-        judged += t >= 0.2
-    assert judged >= 6
+    # c was judged at every report from t̂ 0.2 (judge_every 0): 7 entries in its log, one per t̂ 0.2 ... 0.5
+    assert [e["t_hat"] for e in s.records["c"].log] == [i / 20 for i in range(4, 11)]
     by_number = {n: built.count(n) for n in set(built)}
     # Each other trial built at most once over all of c's judgements (a was already built at b's), d once.
     assert by_number.get("d") == 1 and set(by_number) <= {"a", "b", "d"}, by_number

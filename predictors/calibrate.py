@@ -509,7 +509,8 @@ def _best_pair(
 
 
 #: Grid points scored at once by ``_best_pair``: (block, curves, ``GRID``) arrays of at most 1.3 MB for 50
-#: curves, which stay in a core's cache; blocks of 64 were 2–4 times that, and slower.
+#: curves, which stay in a core's cache; blocks of 64 made arrays four times that (and the predict term a
+#: product twelve times that), and were slower.
 GRID_BLOCK = 16
 
 

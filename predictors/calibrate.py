@@ -320,9 +320,8 @@ def _shapes(
     """ℓ̂ for parameter sets: b, q of shape (K, C) → (K, C, G). ``q_terms``: ``_q_terms`` of one q (C,) that
     every set shares, made once by a grid search that holds q fixed (the same values as each set's own: an
     exponential of the same products)."""
-    first = np.exp(m * d.log_r)  # (G,)
     p, p1 = _q_terms(d, q, eps2) if q_terms is None else q_terms
-    return (first + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
+    return (_first(d, m) + b[:, :, None] * p) / (1.0 + b * p1)[:, :, None]
 
 
 def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarray:

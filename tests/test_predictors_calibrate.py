@@ -243,7 +243,7 @@ def test_a_single_curve_gives_no_pair_bands_and_says_so():
     assert any("no paired error model" in n for n in c.notes)
 
 
-def test_a_grid_points_score_does_not_depend_on_its_block_or_on_q_terms_made_once():
+def test_a_grid_points_score_does_not_depend_on_its_block_or_on_q_terms_made_once(monkeypatch):
     """The grid search scores points in blocks and, where it varies b, makes q's terms once for the block:
     each score must be the bits of that point scored alone with its own q terms, also where exp overflows
     (wild b, q) and the NaN-skipping means skip."""
@@ -268,12 +268,8 @@ def test_a_grid_points_score_does_not_depend_on_its_block_or_on_q_terms_made_onc
                 assert block[k] == alone or (np.isnan(block[k]) and np.isnan(alone)), (scale, k)
     # the search itself: the same optimum whatever the block size
     base = cal_mod._grid_search(d, cal_mod._Params(m=0.05), 0.1, 1.0, True, True)
-    before = cal_mod.GRID_BLOCK
-    try:
-        cal_mod.GRID_BLOCK = 5
-        assert cal_mod._grid_search(d, cal_mod._Params(m=0.05), 0.1, 1.0, True, True) == base
-    finally:
-        cal_mod.GRID_BLOCK = before
+    monkeypatch.setattr(cal_mod, "GRID_BLOCK", 5)
+    assert cal_mod._grid_search(d, cal_mod._Params(m=0.05), 0.1, 1.0, True, True) == base
 
 
 def test_the_objective_on_a_folds_own_rows_is_the_same_number_as_indexed():

@@ -135,12 +135,17 @@ def _cells(rows: list[tuple[float, ...]], k: int) -> str:
     return " | ".join("–" if np.isnan(r[k]) else f"{100 * r[k]:.1f}" for r in rows)
 
 
+def _head(caption: str, columns: tuple[str, ...]) -> list[str]:
+    """A table's caption, a blank line, its header (``columns``, then one per fraction) and the rule."""
+    names = [*columns, *(f"t̂ {f:g}" for f in FRACTIONS)]
+    return [caption, "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+
+
 def envelope_table() -> list[str]:
     """The default table's lines: per sweep, ``envelope`` over all pairs and over the best."""
-    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
-             "\"all\": every such pair, \"best\": over the sweep's best trial.", "",
-             "| sweep | trials | τ | pairs | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
-             "|" + "---|" * (4 + len(FRACTIONS))]
+    lines = _head("Largest lead (%) of a trial that ends worse over one that ends better, equal controls; "
+                  "\"all\": every such pair, \"best\": over the sweep's best trial.",
+                  ("sweep", "trials", "τ", "pairs"))
     for label, curves in sweeps():
         rows = [envelope(curves, f) for f in FRACTIONS]
         for k, what in enumerate(("all", "best")):
@@ -150,11 +155,9 @@ def envelope_table() -> list[str]:
 
 def by_lr_table() -> list[str]:
     """The ``--by-lr`` table's lines: per sweep with peak LRs, the four envelopes of ``envelope_by_lr``."""
-    lines = ["Largest lead (%) of a trial that ends worse over one that ends better, equal controls, by "
-             "whether the trial that ends better has the higher or the lower peak LR (\"best\": the sweep's "
-             "best as that trial).", "",
-             "| sweep | trailing trial | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
-             "|" + "---|" * (2 + len(FRACTIONS))]
+    lines = _head("Largest lead (%) of a trial that ends worse over one that ends better, equal controls, by "
+                  "whether the trial that ends better has the higher or the lower peak LR (\"best\": the "
+                  "sweep's best as that trial).", ("sweep", "trailing trial"))
     for label, curves in sweeps():
         peaks = peak_lrs(curves)
         if peaks is None:
@@ -170,11 +173,9 @@ KTH_ROWS = ("1st", "2nd", "3rd")
 
 def kth_table() -> list[str]:
     """The ``--kth`` table's lines: per sweep, the best's 1st, 2nd and 3rd largest lead (``best_leads``)."""
-    lines = ["Lead (%) over the sweep's best of the trials that end worse, by rank: the largest, the second "
-             "and the third largest, equal controls (negative: the best leads them all from that rank on).",
-             "",
-             "| sweep | leader | " + " | ".join(f"t̂ {f:g}" for f in FRACTIONS) + " |",
-             "|" + "---|" * (2 + len(FRACTIONS))]
+    lines = _head("Lead (%) over the sweep's best of the trials that end worse, by rank: the largest, the "
+                  "second and the third largest, equal controls (negative: the best leads them all from that "
+                  "rank on).", ("sweep", "leader"))
     for label, curves in sweeps():
         rows = [best_leads(curves, f, len(KTH_ROWS)) for f in FRACTIONS]
         for k, what in enumerate(KTH_ROWS):
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
+
 
 if __name__ == "__main__":
     main()

@@ -339,9 +339,11 @@ def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarra
     if terms is not None:  # every predict fraction: (P', K, C), each number as one fraction alone
         wl, den, has = terms
         num = np.empty((wl.shape[0], *shapes.shape[:2]))
-        for k in range(wl.shape[0]):  # one fraction at a time: a (K, C, G) product, not a (P', K, C, G) one
-            np.multiply(wl[k], shapes, out=work)
-            np.add.reduce(work, axis=2, out=num[k])  # Σ w ℓ ℓ̂
+        part = shapes[:, :, d.cache["span"]]
+        work = work[:, :, : wl.shape[2]]  # (K, C, S): each row contiguous, as the sums want
+        for k in range(wl.shape[0]):  # one fraction at a time: a (K, C, S) product, not a (P', K, C, S) one
+            np.multiply(wl[k], part, out=work)
+            np.add.reduce(work, axis=2, out=num[k])  # Σ w ℓ ℓ̂ (the span's sum is the whole row's)
         with np.errstate(divide="ignore", invalid="ignore"):
             err = np.abs(np.log(np.where(num > 0, num, np.nan) / den[:, None]))
         errs = _nanmean(np.where(has[:, None], err, np.nan), axis=2)  # (P', K)
@@ -350,9 +352,10 @@ def _objective(d: _Data, shapes: np.ndarray, predict_weight: float) -> np.ndarra
 
 
 def _predict_terms(d: _Data) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The predict fractions with an align window on some curve, stacked (P', C, ...): w ℓ (P', C, G),
-    Σ w ℓ² with NaN where not > 0 (P', C), has_pred (P', C); None when no fraction has one. They do not
-    depend on the parameters, so they are made once per _Data."""
+    """The predict fractions with an align window on some curve, stacked (P', C, ...): w ℓ (P', C, S) over the
+    grid columns ``_pairwise_span`` keeps (S of them: the windows lie early, the other columns' weights are
+    0), Σ w ℓ² with NaN where not > 0 (P', C), has_pred (P', C); None when no fraction has one. They do not
+    depend on the parameters, so they are made once per _Data; the kept columns are ``d.cache["span"]``."""
     key = "predict_terms"
     if key not in d.cache:
         rows = []
@@ -361,8 +364,47 @@ def _predict_terms(d: _Data) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
                 continue
             den = np.sum(w * d.ell * d.ell, axis=1)  # Σ w ℓ²
             rows.append((w * d.ell, np.where(den > 0, den, np.nan), has))
-        d.cache[key] = tuple(np.stack(parts) for parts in zip(*rows, strict=True)) if rows else None
+        terms = tuple(np.stack(parts) for parts in zip(*rows, strict=True)) if rows else None
+        span = slice(None)
+        if terms is not None:
+            cols = np.flatnonzero(np.any(terms[0] != 0.0, axis=(0, 1)))
+            got = _pairwise_span(terms[0].shape[2], int(cols[0]), int(cols[-1]) + 1) if cols.size else None
+            if got is not None:
+                span = slice(*got)
+                terms = (np.ascontiguousarray(terms[0][:, :, span]), terms[1], terms[2])
+        d.cache["span"] = span
+        d.cache[key] = terms
     return d.cache[key]
+
+
+#: numpy's pairwise summation (``np.add.reduce`` along a contiguous row, numpy's ``pairwise_sum``): a row of
+#: more than this many numbers is summed as two halves, split at half its length rounded down to a multiple
+#: of 8; a shorter one in 8 interleaved partial sums, combined as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), then
+#: the last (length mod 8) numbers one by one.
+PAIRWISE_BLOCK = 128
+
+
+def _pairwise_span(n: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """Columns [a, b) holding [lo, hi) whose sum numpy makes with the same additions in the same order as
+    the sum of the whole row of ``n`` when the row is 0 outside [lo, hi): inside one unsplit block, starting
+    at a multiple of 8 from the block's start and ending before its last (length mod 8) numbers, a multiple
+    of 8 long. Each partial sum then adds the same numbers in the same order (a partial sum that starts at 0
+    and adds x is x; adding 0 changes nothing), and the other half of each split adds 0. None when [lo, hi)
+    crosses a split (then the whole row is summed). tests/test_predictors_calibrate.py checks the bits
+    against the whole row's sum."""
+    start = 0
+    while n > PAIRWISE_BLOCK:
+        half = n // 2
+        half -= half % 8
+        if hi <= start + half:
+            n = half
+        elif lo >= start + half:
+            start, n = start + half, n - half
+        else:
+            return None
+    a = start + (lo - start) // 8 * 8
+    b = a + -(-(hi - a) // 8) * 8
+    return (a, b) if b <= start + n - n % 8 else None
 
 
 def _pred_valid(d: _Data) -> np.ndarray:
@@ -456,7 +498,7 @@ def _objective_one(d: _Data, shapes: np.ndarray, predict_weight: float) -> float
     if terms is None:
         return float(obj)
     wl, den, _ = terms  # (P', C, G), (P', C), (P', C)
-    num = np.add.reduce(wl * shapes, axis=2)  # Σ w ℓ ℓ̂, (P', C)
+    num = np.add.reduce(wl * shapes[:, d.cache["span"]], axis=2)  # Σ w ℓ ℓ̂, (P', C), over the span
     # The batched form's error is NaN exactly where this is False (a positive num over a positive den has
     # a log, possibly ±inf, never NaN), so the means skip the same entries; the errors kept are the same.
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -345,11 +345,16 @@ def final_loss_of(
     ``surrogate``'s error model (whose failure fails the prediction there too)."""
     if isinstance(aligned, Prediction):
         return float(aligned.final_loss) if aligned.ok else None
+    # Without ``params`` ``_finish``'s point is the alignment divisor c, and its Prediction is ok. Of what it
+    # computes besides, only the interval can fail on a validated surrogate and controls ``_align`` took (its
+    # exp overflows for a band of absurd width): that is computed; the fit summary, the extrapolation note
+    # and the Prediction itself are not (a paired comparison asks this of every competitor at every
+    # judgement). tests/test_predictors_predict.py checks it against ``_finish``.
     try:
-        p = _finish(aligned, surrogate, tau, tpp, confidence, None)
+        interval(aligned.c, surrogate.error_band(aligned.p), confidence)
     except Exception:  # predict_final_loss's failed Prediction
         return None
-    return float(p.final_loss) if p.ok else None
+    return float(aligned.c)
 
 
 def _predict(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence, params) -> Prediction:

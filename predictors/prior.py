@@ -168,16 +168,18 @@ def shape_miss(prior: Surrogate, curve: Curve, reach: float) -> float | None:
 
 
 def _memoized_miss(
-    memo: dict[tuple[int, float], tuple[Curve, float | None]], prior: Surrogate, curve: Curve, reach: float
+    memo: dict[tuple, float | None], prior: Surrogate, curve: Curve, reach: float
 ) -> float | None:
-    """``shape_miss(prior, curve, reach)`` from ``memo`` (the entry keeps the curve, checked by identity, so a
-    reused id never hits)."""
-    key = (id(curve), reach)
-    hit = memo.get(key)
-    if hit is not None and hit[0] is curve:
-        return hit[1]
-    u = shape_miss(prior, curve, reach)
-    memo[key] = (curve, u)
+    """``shape_miss(prior, curve, reach)`` from ``memo``, keyed by everything it reads: the curve's points up
+    to ``reach`` (their bytes, in their order), its schedule and controls. A running trial's next version,
+    whose new reports lie past its rounded reach, hits: the online reference tests a fit on a new set of
+    reaching curves at every step of any one, and most others have moved on by a report since."""
+    keep = curve.t_hat <= reach + 1e-9
+    key = (reach, curve.schedule, curve.tau, curve.tpp, curve.t_hat[keep].tobytes(),
+           curve.loss[keep].tobytes())
+    if key in memo:
+        return memo[key]
+    u = memo[key] = shape_miss(prior, curve, reach)
     return u
 
 
@@ -211,15 +213,15 @@ def pooled_count(prior_scale: float, prior_n: int, extra: float, tested: int) ->
 
 def prior_for_sweep(
     prior: Surrogate, curves: Sequence[Curve], *, weight: float = SHAPE_MISS_WEIGHT, own: bool = False,
-    memo: dict[tuple[int, float], tuple[Curve, float | None]] | None = None,
+    memo: dict[tuple, float | None] | None = None,
 ) -> SweepPrior:
     """The prior tested on the sweep's curves (module docstring); deterministic for given curves.
 
     ``own``: the surrogate was fitted on this sweep (an online fit, tested on the sweep's curves it was not
     fitted on): its paired errors and size trend were learned on the sweep, and are kept.
-    ``memo``: ``shape_miss`` of ``prior`` by curve object and reach, kept by a caller that tests this one
-    prior again as the sweep's curves move on (one at a time) and never changes a curve it handed in: an
-    online reference (hpo/rule/reference.py).
+    ``memo``: ``shape_miss`` of ``prior`` by what it reads of a curve (``_memoized_miss``), kept by a caller
+    that tests this one prior again as the sweep's curves move on (one at a time): an online reference
+    (hpo/rule/reference.py).
     """
     tested = []
     misses = []

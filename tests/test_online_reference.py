@@ -233,8 +233,8 @@ def test_the_prior_keeps_its_paired_errors_on_a_sweep_its_shape_fits_as_well_as_
 
 
 def test_a_tested_fits_memo_of_shape_misses_tests_it_as_testing_anew():
-    """``prior_for_sweep`` with a memo of shape misses (an online reference's, per fit: by curve object and
-    reach) gives what testing anew gives while the sweep's curves move on one at a time (each move a new
+    """``prior_for_sweep`` with a memo of shape misses (an online reference's, per fit: by what a miss reads
+    of a curve) gives what testing anew gives while the sweep's curves move on one at a time (each move a new
     curve object, as the reference's TrialMemo makes them), and serves the curves that did not move."""
     prior, _ = load_prior("builtin")
     runs = [c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
@@ -257,6 +257,36 @@ def test_a_tested_fits_memo_of_shape_misses_tests_it_as_testing_anew():
         assert tested == prior_for_sweep(prior, curves, own=True)
         served += len(tested.tested) - (len(memo) - before)
     assert served > 10
+
+
+def test_a_shape_miss_is_reused_for_a_new_curve_object_with_the_same_points_up_to_its_reach():
+    """The memo keys a shape miss by what it reads: a running trial's next version (a new curve object whose
+    new report lies past its rounded reach) hits; a changed point before the reach, another schedule or
+    other controls miss."""
+    from collapse_hpo.predictors.prior import _memoized_miss, rounded_reach, shape_miss
+
+    prior, _ = load_prior("builtin")
+    run = next(c for c in read_curves_csv(ROOT / "studies/bench/artifacts/curves_lr_tau_full.csv")
+               if c.run.startswith("lr_tau_s0_"))
+
+    def copy(c, n, **kw):
+        fields = {"run": c.run, "t_hat": c.t_hat[:n].copy(), "loss": c.loss[:n].copy(),
+                  "schedule": c.schedule, "tau": c.tau, "tpp": c.tpp, **kw}
+        return type(c)(**fields)
+
+    n = int(np.searchsorted(run.t_hat, 0.42))  # reaches past 0.4: rounded reach 0.4
+    first = copy(run, n)
+    reach = rounded_reach(float(first.t_hat[-1]))
+    assert reach == pytest.approx(0.4) and rounded_reach(float(run.t_hat[n])) == reach
+    memo: dict = {}
+    u = _memoized_miss(memo, prior, first, reach)
+    assert u == shape_miss(prior, first, reach) and len(memo) == 1
+    assert _memoized_miss(memo, prior, copy(run, n + 1), reach) == u and len(memo) == 1  # one report on
+    moved = copy(run, n)
+    moved.loss[n // 2] *= 1.01  # a point inside the reach differs
+    others = [moved, copy(run, n, tau=run.tau * 2), copy(run, n, schedule=type(run.schedule)(kind="cosine"))]
+    for k, c in enumerate(others, start=2):
+        assert _memoized_miss(memo, prior, c, reach) == shape_miss(prior, c, reach) and len(memo) == k
 
 
 # ------------------------------------------------------------------------------- refits never block a result

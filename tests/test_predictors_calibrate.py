@@ -443,3 +443,38 @@ def test_the_error_model_reuses_the_m_checks_free_m_fold_fits(monkeypatch):
     for a, b in zip(ours.error_bands, theirs.error_bands, strict=True):
         assert a.n == b.n
         assert abs(a.bias - b.bias) < 1e-4 and abs(a.scale - b.scale) < 1e-4
+
+
+def test_the_predict_terms_sum_over_their_span_is_the_whole_rows_sum_to_the_bit():
+    """The objective sums Σ w ℓ ℓ̂ over the columns ``_pairwise_span`` keeps, where the windows' weights are
+    not 0: numpy's pairwise sum over them must be the bits of its sum over the whole zero-padded row, on
+    any numbers (rows of 200 = ``GRID``'s, shorter, longer; windows inside one block, and a window across a
+    split, which keeps the whole row). Fails when numpy sums rows another way."""
+    from collapse_hpo.predictors import calibrate as cal_mod
+
+    rng = np.random.default_rng(11)
+    kept = 0
+    for n in (200, 150, 300, 96, 64, 37):
+        for _ in range(60):
+            lo = int(rng.integers(0, n - 1))
+            hi = int(rng.integers(lo + 1, min(n, lo + 80) + 1))
+            span = cal_mod._pairwise_span(n, lo, hi)
+            if span is None:
+                continue
+            a, b = span
+            assert a <= lo and hi <= b <= n and (b - a) % 8 == 0
+            rows = np.zeros((40, n))
+            rows[:, lo:hi] = rng.uniform(0.0, 1.0, (40, hi - lo)) * 10.0 ** rng.uniform(-4, 4, (40, hi - lo))
+            whole = np.add.reduce(rows, axis=1)
+            part = np.add.reduce(np.ascontiguousarray(rows[:, a:b]), axis=1)
+            assert np.array_equal(part, whole), (n, lo, hi)
+            kept += 1
+    assert kept > 100
+    assert cal_mod._pairwise_span(200, 90, 100) is None  # across the split at 96: the whole row
+    # the grid and the default predict fractions: the span is taken (the windows lie in t̂ [0.05, 0.3])
+    curves = synthetic_curves(taus=(0.05, 0.2), tpps=(20.0, 240.0), noise=0.002, seed=4)
+    d = cal_mod._prepare(curves, 0.2, 0.5, cal_mod.PREDICT_FRACTIONS, 0.0, 0.1, 20.0, "power", "power", 1e-3)
+    wl, _, _ = cal_mod._predict_terms(d)
+    assert d.cache["span"] == slice(8, 64) and wl.shape[2] == 56
+    full = np.stack([w * d.ell for w in d.w_pred])
+    assert not full[:, :, :8].any() and not full[:, :, 64:].any()

@@ -182,3 +182,38 @@ def test_the_t_quantile_is_scipy_stats_to_the_bit():
     heavy = _t_ppf(0.7, 0.5)  # df 0.5: the quantile whose CDF is 0.7
     assert 1.0 < heavy < 1.02 and math.isclose(float(stats.t.cdf(heavy, df=0.5)), 0.7, rel_tol=1e-12)
     assert math.isnan(_t_ppf(0.7, -1.0))
+
+
+def test_final_loss_of_is_the_finished_predictions_point_or_none_where_finishing_fails():
+    """``final_loss_of`` skips building the Prediction: the same point as ``_finish``'s (the alignment
+    divisor) wherever that one is ok, and None where finishing raises (a band so wide its interval's exp
+    overflows), controls inside and outside the reference's ranges, with and without an error model."""
+    from dataclasses import replace
+
+    from collapse_hpo.predictors.predict import _finish, align_partial, final_loss_of
+
+    huge = [ErrorBand(0.1, 10, 0.0, 400.0, 500.0), ErrorBand(0.5, 10, 0.0, 0.005, 0.01)]
+    surrogates = [
+        TRUE_SURROGATE,
+        BANDED,
+        replace(BANDED, reference={"tau": [0.05, 0.2], "tpp": [10.0, 40.0]}),
+        replace(BANDED, error_bands=huge),
+    ]
+    finished = failed = 0
+    for s in surrogates:
+        for tau, tpp in ((0.1, 20.0), (1.5, 200.0), (None, None)):
+            for fraction in (0.12, 0.3, 0.6):
+                t, y = _partial(fraction, n=40, tau=tau if tau is not None else 0.1, tpp=tpp or 20.0)
+                aligned = align_partial(t, y, surrogate=s, schedule=SCHED, tau=tau, tpp=tpp)
+                if isinstance(aligned, Prediction):  # no alignment: its failed Prediction says so
+                    assert final_loss_of(aligned, s, tau=tau, tpp=tpp) is None and not aligned.ok
+                    continue
+                try:
+                    p = _finish(aligned, s, tau, tpp, 0.9, None)
+                    want = float(p.final_loss) if p.ok else None
+                    finished += 1
+                except OverflowError:
+                    want = None
+                    failed += 1
+                assert final_loss_of(aligned, s, tau=tau, tpp=tpp, confidence=0.9) == want
+    assert finished and failed  # both ways were taken

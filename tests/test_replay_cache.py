@@ -12,7 +12,7 @@ from collapse_hpo.hpo.optuna_side import pruner
 from collapse_hpo.hpo.replays import peers
 from collapse_hpo.hpo.replays.replay import ReplayCaches, make_sweep, random_orders, replay, simulate
 from collapse_hpo.hpo.rule import decision, judge, record, reference
-from collapse_hpo.predictors import predict, schedules
+from collapse_hpo.predictors import calibrate, predict, prior, schedules
 from collapse_hpo.predictors.curves import Curve
 from collapse_hpo.predictors.schedules import Schedule
 from collapse_hpo.predictors.surrogate import ErrorBand
@@ -89,6 +89,23 @@ def disable_caches(m: pytest.MonkeyPatch) -> None:
     # Issue 20 (replay speed, BENCHMARKS §37): schedules evaluated anew at every call, numpy's own means.
     m.setattr(schedules, "MEMO_POINTS", -1)
     m.setattr(decision, "_mean", lambda x: float(np.mean(x)))
+    # Issue 20 (replay speed, BENCHMARKS §45): controls parsed at every new trial version, a competitor's
+    # predicted final loss read off the whole finished Prediction, shape misses computed anew, the
+    # objective's predict term summed over whole grid rows.
+    m.setattr(record.ControlsMemo, "merged", lambda self, attrs, where: self.defaults.merged(attrs, where))
+
+    def final_loss_of(aligned, surrogate, *, tau, tpp, confidence=0.9):
+        if isinstance(aligned, predict.Prediction):
+            return float(aligned.final_loss) if aligned.ok else None
+        try:
+            p = predict._finish(aligned, surrogate, tau, tpp, confidence, None)
+        except Exception:
+            return None
+        return float(p.final_loss) if p.ok else None
+
+    m.setattr(decision, "final_loss_of", final_loss_of)
+    m.setattr(prior, "_memoized_miss", lambda memo, pr, curve, reach: prior.shape_miss(pr, curve, reach))
+    m.setattr(calibrate, "_pairwise_span", lambda n, lo, hi: None)
 
 
 class _NoStore(dict):

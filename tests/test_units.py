@@ -18,7 +18,14 @@ from collapse_hpo.hpo.optuna_side.pruner import CollapsePruner, set_trial_contro
 from collapse_hpo.hpo.ray_side.scheduler import CollapseScheduler
 from collapse_hpo.hpo.ray_side.scheduler_state import record_from_dict
 from collapse_hpo.hpo.rule.decision import PruneSettings
-from collapse_hpo.hpo.rule.record import FRACTION_STEPS, TrialControls, stored_total, trial_curve
+from collapse_hpo.hpo.rule.record import (
+    FRACTION_STEPS,
+    ControlsMemo,
+    TrialControls,
+    stored_total,
+    trial_curve,
+    trial_points,
+)
 from collapse_hpo.predictors.errors import InputError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -81,6 +88,42 @@ def test_pruner_defaults_in_steps_and_the_old_total_tokens_spelling():
     # A trial that says its units takes the pruner's total only in the same units.
     assert TrialControls(total=STEPS, units="steps").merged({"units": "steps"}, "t").total == STEPS
     assert TrialControls(total=1e9).merged({"units": "steps"}, "t").total is None
+
+
+def test_trial_points_sorts_by_step_and_leaves_the_sampler_point_out():
+    """``trial_points``: the reports as (step, loss) arrays in step order, whatever order the storage holds
+    them in, without the pruner's sampler point; NaN kept; none gives empty arrays."""
+    from types import SimpleNamespace
+
+    def trial(values, skip=None):
+        attrs = {} if skip is None else {"sampler_value_step": skip}
+        return SimpleNamespace(intermediate_values=values, user_attrs=attrs, number=0)
+
+    steps, losses = trial_points(trial({30: 2.0, 10: 3.0, 20: float("nan"), 1000: 1.5}, skip=1000))
+    assert steps.tolist() == [10.0, 20.0, 30.0] and losses[[0, 2]].tolist() == [3.0, 2.0]
+    assert math.isnan(losses[1]) and steps.dtype == float and losses.dtype == float
+    in_order = trial_points(trial({1: 4.0, 2: 3.0, 5: 2.5}, skip=7))
+    assert [a.tolist() for a in in_order] == [[1.0, 2.0, 5.0], [4.0, 3.0, 2.5]]
+    assert [a.size for a in trial_points(trial({3: 1.0}, skip=3))] == [0, 0]
+
+
+def test_the_controls_memo_parses_each_set_of_attr_objects_once_and_tells_absent_from_none():
+    """``ControlsMemo`` (the pruner's views and the online reference's trial memo) keys the parse by the
+    control attrs' objects: the same objects give the same parse; an attr set to None (``tau`` None: no
+    weight decay) is not an absent one (the default), and the legacy ``total_tokens`` is read too. The
+    pruner's memo before it keyed an absent attr and a None one alike, and left ``total_tokens`` out."""
+    memo = ControlsMemo(TrialControls(total=STEPS, units="steps", tau=0.5))
+    assert memo.merged({}, "t").tau == 0.5
+    assert memo.merged({"tau": None}, "t").tau is None  # no weight decay, not the default's 0.5
+    legacy = memo.merged({"total_tokens": 5e8}, "t")
+    assert (legacy.units, legacy.total) == ("tokens", 5e8)
+    attrs = {"tau": 0.2, "schedule": {"kind": "cosine", "warmup": 0.1}}
+    first = memo.merged(attrs, "t")
+    assert memo.merged(dict(attrs), "t") is first  # the same value objects: parsed once
+    again = memo.merged({"tau": 0.2, "schedule": {"kind": "cosine", "warmup": 0.1}}, "t")
+    assert again == first and again is not first  # equal values in new objects: parsed anew, alike
+    with pytest.raises(InputError, match="tau"):
+        memo.merged({"tau": -1.0}, "trial 3")
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

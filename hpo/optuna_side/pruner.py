@@ -36,6 +36,7 @@ from collapse_hpo.hpo.rule.record import (
     CONTROL_READ_ATTRS,
     SAMPLER_STEP_ATTR,
     USED_REFERENCE_ATTR,
+    ControlsMemo,
     DecisionEntry,
     TrialControls,
     read_log,
@@ -198,9 +199,8 @@ class CollapsePruner(BasePruner):
         # from: reused while that version holds the trial read (``StoredVersion.holds``).
         self._views: dict[int, tuple[StoredVersion, TrialView]] = {}
         self._entries: dict[int, tuple[Any, DecisionEntry | None]] = {}  # read_log's memo of parsed entries
-        # The controls merged from a trial's control attrs, by the identity of those attr values (kept alive
-        # in the entry): a storage hands the same objects back while the attrs are unchanged (``_merged``).
-        self._controls: dict[tuple[int, ...], tuple[tuple[Any, ...], TrialControls]] = {}
+        # The controls merged from a trial's control attrs, by the identity of those attr values
+        self._controls = ControlsMemo(self._defaults)
 
     # The keyword arguments, for from_config and its error messages.
     _OPTIONS = (
@@ -351,24 +351,9 @@ class CollapsePruner(BasePruner):
         return TrialView(t.number, state, steps, steps / controls.total, values, controls, final, log)
 
     def _merged(self, attrs: Mapping[str, Any], where: str) -> TrialControls:
-        """``self._defaults.merged(attrs, where)``, parsed once per set of control attr objects.
-
-        A judgement reads every trial's controls; parsing them (the schedule dict above all) at every one
-        was a fifth of a replay's time. The result depends on the attr values only, and a storage hands the
-        same value objects back until an attr is written again (a write stores a new object), so the
-        identities of the values, checked against the values kept in the entry, key it exactly. Errors are
-        not memoized (they name ``where``).
-        """
-        values = tuple(attrs.get(k) for k in CONTROL_ATTRS)
-        key = tuple(map(id, values))
-        hit = self._controls.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], values)):
-            return hit[1]
-        controls = self._defaults.merged(attrs, where)
-        if len(self._controls) >= 100_000:
-            self._controls.clear()
-        self._controls[key] = (values, controls)
-        return controls
+        """``self._defaults.merged(attrs, where)``, parsed once per set of control attr objects
+        (``record.ControlsMemo``)."""
+        return self._controls.merged(attrs, where)
 
     def _write(self, storage: Any, trial_id: int, stored: FrozenTrial, verdict: Verdict) -> None:
         """Write the verdict to the running trial (through hpo/optuna_side/store.py): a new entry to its log,

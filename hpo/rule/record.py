@@ -196,6 +196,46 @@ TPP_NOTE = (
 )
 
 
+_ABSENT: Any = object()  # an attr a trial does not hold (None is a value: ``tau`` None is no weight decay)
+
+
+class ControlsMemo:
+    """``defaults.merged(attrs, where)``, parsed once per set of control attr objects.
+
+    A judgement reads every trial's controls; parsing them (the schedule dict above all) at every one was a
+    fifth of a replay's time. The result depends on the values of ``CONTROL_READ_ATTRS`` only (an absent
+    attr is a value too: it takes the default), and a storage hands the same value objects back until an
+    attr is written again (a write stores a new object), so the identities of the values, checked against
+    the values kept in the entry (which keeps them alive), key it exactly. Errors are not memoized (they
+    name ``where``). Shared by the pruner's views and the online reference's memo of trials.
+
+    >>> memo = ControlsMemo(TrialControls(total=1000.0))
+    >>> attrs = {"tau": 0.5}
+    >>> memo.merged(attrs, "trial 0") is memo.merged(attrs, "trial 0")
+    True
+    """
+
+    #: Entries kept before the table is emptied (a sweep's trials times their attr writes stay far below).
+    LIMIT = 100_000
+
+    def __init__(self, defaults: TrialControls) -> None:
+        self.defaults = defaults
+        self._table: dict[tuple[int, ...], tuple[tuple[Any, ...], TrialControls]] = {}
+
+    def merged(self, attrs: Mapping[str, Any], where: str) -> TrialControls:
+        """``self.defaults.merged(attrs, where)``; raises its InputError."""
+        values = tuple(attrs.get(k, _ABSENT) for k in CONTROL_READ_ATTRS)
+        key = tuple(map(id, values))
+        hit = self._table.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], values)):
+            return hit[1]
+        controls = self.defaults.merged(attrs, where)
+        if len(self._table) >= self.LIMIT:
+            self._table.clear()
+        self._table[key] = (values, controls)  # one dict store: atomic for an Optuna study's worker threads
+        return controls
+
+
 def controls_notes(controls: TrialControls) -> list[str]:
     """Plain notes on what the controls leave undefined (for the trial's ``collapse_notes`` and the log)."""
     return [TPP_NOTE] if controls.tpp is None else []
@@ -452,14 +492,24 @@ def trial_points(trial: Any) -> tuple[np.ndarray, np.ndarray]:
     """A trial's reported (step, loss) pairs sorted by step, without the pruner's sampler point (if any).
 
     Steps count the trial's ``units``. Values may be NaN or inf (diverged runs): callers decide what that
-    means.
+    means. Read by every judgement for each trial version it has not seen (the pruner's views, the online
+    reference's curves), so built without a Python tuple per report: Optuna's steps are distinct integers,
+    so the order by step alone is the order by (step, value), and reports come in step order in most trials
+    (then no sort is made).
     """
+    values = trial.intermediate_values
     skip = trial.user_attrs.get(SAMPLER_STEP_ATTR)
-    items = sorted((int(s), float(v)) for s, v in trial.intermediate_values.items() if s != skip)
-    if not items:
+    if skip is not None and skip in values:
+        values = {s: v for s, v in values.items() if s != skip}
+    n = len(values)
+    if not n:
         return np.zeros(0), np.zeros(0)
-    steps, values = zip(*items)
-    return np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    steps = np.fromiter(map(int, values), dtype=float, count=n)
+    losses = np.fromiter(map(float, values.values()), dtype=float, count=n)
+    if n > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+        order = np.argsort(steps, kind="stable")
+        steps, losses = steps[order], losses[order]
+    return steps, losses
 
 
 def trial_curve(trial: Any, defaults: TrialControls) -> Curve | None:
@@ -467,7 +517,11 @@ def trial_curve(trial: Any, defaults: TrialControls) -> Curve | None:
 
     Raises InputError when the trial's control attrs are malformed.
     """
-    controls = defaults.merged(trial.user_attrs, f"trial {trial.number}")
+    return curve_of(trial, defaults.merged(trial.user_attrs, f"trial {trial.number}"))
+
+
+def curve_of(trial: Any, controls: TrialControls) -> Curve | None:
+    """``trial_curve`` with the trial's controls already read (``controls``), or None without a total."""
     if controls.total is None:
         return None
     steps, values = trial_points(trial)

@@ -47,7 +47,9 @@ from collapse_hpo.hpo.rule.record import (
     COMPLETE_T_HAT,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
+    ControlsMemo,
     TrialControls,
+    curve_of,
     trial_curve,
 )
 from collapse_hpo.predictors.calibrate import calibrate
@@ -77,29 +79,33 @@ class TrialMemo:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[TrialControls, dict[Any, _MemoEntry]] = {}  # by defaults, then trial id
-        # the table of the defaults asked last, found by identity: the online reference asks with one
+        # by defaults: the entries by trial id, and the controls parsed with those defaults
+        self._entries: dict[TrialControls, tuple[dict[Any, _MemoEntry], ControlsMemo]] = {}
+        # the tables of the defaults asked last, found by identity: the online reference asks with one
         # defaults object for every trial at every judgement, and hashing it each time was ~15% of the memo
-        self._last: tuple[TrialControls, dict[Any, _MemoEntry]] | None = None
+        self._last: tuple[TrialControls, tuple[dict[Any, _MemoEntry], ControlsMemo]] | None = None
 
-    def _table(self, defaults: TrialControls) -> dict[Any, _MemoEntry]:
-        """The entries read with ``defaults`` (by trial id)."""
+    def _tables(self, defaults: TrialControls) -> tuple[dict[Any, _MemoEntry], ControlsMemo]:
+        """The entries read with ``defaults`` (by trial id) and the controls parsed with them (a new version
+        of a running trial, whose reports changed, mostly holds the same control attrs)."""
         last = self._last
         if last is not None and last[0] is defaults:
             return last[1]
-        table = self._entries.setdefault(defaults, {})
-        self._last = (defaults, table)
-        return table
+        tables = self._entries.get(defaults)
+        if tables is None:
+            tables = self._entries[defaults] = ({}, ControlsMemo(defaults))
+        self._last = (defaults, tables)
+        return tables
 
     def _entry(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> _MemoEntry:
         trial_id = getattr(t, "_trial_id", None)
-        table = self._table(defaults)
+        table, parsed = self._tables(defaults)
         hit = table.get(trial_id) if trial_id is not None else None
         # ``StoredVersion.holds``, its first test inlined: the object read finished (most trials, every read)
         if hit is not None and (((v := hit.version).trial is t and v.finished) or v.holds(t)):
             return hit
         try:
-            controls: TrialControls | InputError = defaults.merged(t.user_attrs, f"trial {t.number}")
+            controls: TrialControls | InputError = parsed.merged(t.user_attrs, f"trial {t.number}")
         except InputError as err:
             controls = err
         entry = _MemoEntry(StoredVersion.of(t), controls)
@@ -119,11 +125,9 @@ class TrialMemo:
     def curve(self, t: optuna.trial.FrozenTrial, defaults: TrialControls) -> Curve | None:
         """``trial_curve(t, defaults)``; raises its InputError."""
         entry = self._entry(t, defaults)
-        if entry.curve is _UNSET:
-            try:
-                entry.curve = trial_curve(t, defaults)
-            except InputError as err:
-                entry.curve = err
+        if entry.curve is _UNSET:  # trial_curve(t, defaults), from the controls the entry parsed
+            controls = entry.controls
+            entry.curve = controls if isinstance(controls, InputError) else curve_of(t, controls)
         if isinstance(entry.curve, InputError):
             raise entry.curve
         return entry.curve
@@ -571,9 +575,10 @@ class OnlineReference:
         self._latest: tuple[Surrogate, str] | None = None  # the newest online fit this process has
         self._tested: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
         self._tested_fit: tuple[tuple[Any, ...], tuple[Surrogate, str]] | None = None
-        # the online fit last tested and its shape misses by curve and reach (``prior_for_sweep``'s memo): the
-        # curves are the TrialMemo's, one object per stored version of a trial, never changed
-        self._misses: tuple[Surrogate, dict[tuple[int, float], Any]] | None = None
+        # the online fit last tested and its shape misses by what they read of a curve (``prior_for_sweep``'s
+        # memo)
+        self._misses: tuple[Surrogate, dict[tuple, Any]] | None = None
+        self._prior_misses: dict[tuple, Any] = {}  # the prior's shape misses (the prior never changes)
         self._refitter = _Refitter() if refit == "background" else None
         self._memo = TrialMemo()
         # the complete trials' ids at the last ``get`` and their reference curves (a finished trial never
@@ -726,7 +731,9 @@ class OnlineReference:
         with self._lock:
             if self._tested is not None and self._tested[0] == key:
                 return self._tested[1]
-        tested = prior_for_sweep(prior, [curve for _, _, curve in candidates])
+        if len(self._prior_misses) >= 100_000:
+            self._prior_misses.clear()
+        tested = prior_for_sweep(prior, [curve for _, _, curve in candidates], memo=self._prior_misses)
         out = (tested.surrogate, _tested_label(f"prior:{name}", tested.tested))
         with self._lock:
             self._tested = (key, out)

@@ -497,7 +497,7 @@ def _objective_one(d: _Data, shapes: np.ndarray, predict_weight: float) -> float
     terms = _predict_terms(d) if predict_weight > 0 else None
     if terms is None:
         return float(obj)
-    wl, den, _ = terms  # (P', C, G), (P', C), (P', C)
+    wl, den, _ = terms  # (P', C, S), (P', C), (P', C)
     num = np.add.reduce(wl * shapes[:, d.cache["span"]], axis=2)  # Σ w ℓ ℓ̂, (P', C), over the span
     # The batched form's error is NaN exactly where this is False (a positive num over a positive den has
     # a log, possibly ±inf, never NaN), so the means skip the same entries; the errors kept are the same.

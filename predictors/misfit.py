@@ -63,7 +63,7 @@ def systematic_residual(
     wb = np.bincount(b, weights=w, minlength=BINS)
     rb = np.bincount(b, weights=w * np.asarray(residual, dtype=float), minlength=BINS)
     have = wb > 0
-    return float(np.sum(np.abs(rb[have])) / np.sum(wb[have]))
+    return float(np.abs(rb[have]).sum() / wb[have].sum())
 
 
 def current_loss(
@@ -75,7 +75,8 @@ def current_loss(
     last = (stretches(t_hat) if bins is None else bins) == BINS - 1
     w = np.asarray(weights, dtype=float)[last]
     y = np.asarray(loss, dtype=float)[last]
-    return float(np.dot(w, y) / np.sum(w)) if np.sum(w) > 0 else float(y[-1])
+    total = w.sum()
+    return float(np.dot(w, y) / total) if total > 0 else float(y[-1])
 
 
 def misfit_ratio(residual: float | None, reference: float | None) -> float | None:

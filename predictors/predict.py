@@ -461,7 +461,7 @@ def _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
     window = t >= surrogate.align_start * p
     n = int(np.count_nonzero(window))
     t_in = t[window]
-    order = np.argsort(t_in, kind="stable")
+    order = t_in.argsort(kind="stable")
     tw, yw = t_in[order], y[window][order]
     # Distinct t̂ counted on the sorted window as np.unique counts them (neighbours that differ; no NaN here).
     distinct = 1 + int(np.count_nonzero(tw[1:] != tw[:-1])) if tw.size else 0
@@ -482,7 +482,7 @@ def _align(t_hat, loss, surrogate, schedule, tau, tpp, min_fraction, confidence)
     if not math.isfinite(c) or c <= 0:
         return _fail("alignment failed (degenerate window)", fraction=p, n=n)
     r = yw / c - shape  # the alignment residual
-    mae = float(np.dot(w, np.abs(r)) / np.sum(w))
+    mae = float(np.dot(w, np.abs(r)) / w.sum())
     bins = stretches(tw)
     return _Aligned(p=p, n=n, c=c, mae=mae, resid=systematic_residual(tw, r, w, bins),
                     current=current_loss(tw, yw, w, bins), lowest=float(y.min()))

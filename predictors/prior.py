@@ -137,7 +137,7 @@ def reaching_curves(curves: Sequence[Curve]) -> list[tuple[Curve, float]]:
         ok = np.isfinite(c.loss) & (c.loss > 0)
         if not ok.any():
             continue
-        reach = rounded_reach(float(np.max(c.t_hat[ok])))
+        reach = rounded_reach(float(c.t_hat[ok].max()))
         if reach >= MIN_REACH - 1e-9:
             out.append((c, round(reach, 6)))
     out.sort(key=lambda cr: (-cr[1], cr[0].run))

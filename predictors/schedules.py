@@ -93,10 +93,10 @@ class Schedule:
         """η(t̂)/η_peak in [0, 1] at the training fraction(s) ``t_hat`` (clipped to [0, 1]); an array in, a
         new array out (a 1-D one of at most ``MEMO_POINTS`` points is read from the memo of earlier calls)."""
         if np.ndim(t_hat) == 0:
-            return float(self._at(np.clip(np.asarray(t_hat, dtype=float), 0.0, 1.0)))
+            return float(self._at(np.asarray(t_hat, dtype=float).clip(0.0, 1.0)))
         arr = np.asarray(t_hat, dtype=float)
         if arr.ndim != 1 or arr.size > MEMO_POINTS:
-            return self._at(np.clip(arr, 0.0, 1.0))
+            return self._at(arr.clip(0.0, 1.0))
         key = arr.tobytes()
         memo = getattr(self, "_memo", None)  # absent in a schedule pickled before the memo existed
         if memo is None:
@@ -104,7 +104,7 @@ class Schedule:
             object.__setattr__(self, "_memo", memo)
         hit = memo.get(key)
         if hit is None:
-            hit = self._at(np.clip(arr, 0.0, 1.0))
+            hit = self._at(arr.clip(0.0, 1.0))
             if len(memo) >= MEMO_SIZE:
                 memo.clear()
             memo[key] = hit

@@ -748,8 +748,8 @@ def _window_gap(
     against a faster competitor also reads its line (``_closing_projection``)."""
     lo = max(align_start * f, onset, float(ct[0]), float(t[0]))
     # t is sorted: the window is the slice [i0, i1) (t >= lo and t <= f, each within 1e-12).
-    i0 = int(np.searchsorted(t, lo - 1e-12, "left"))
-    i1 = int(np.searchsorted(t, f + 1e-12, "right"))
+    i0 = int(t.searchsorted(lo - 1e-12, "left"))  # the methods: np.searchsorted's wrapper costs as much
+    i1 = int(t.searchsorted(f + 1e-12, "right"))
     if i1 <= i0:  # no trial point in the window: its last point at t̂ <= f, if the competitor reaches it
         if i1 == 0 or t[i1 - 1] < ct[0] - 1e-12:
             return None
@@ -812,7 +812,7 @@ def decayed_lead(
     eta, eta_c = np.asarray(schedule(tp), dtype=float), np.asarray(c.schedule(tp), dtype=float)
     # LRs read from logs differ in their last digits (float32): only a lower LR by more than that counts.
     eta_c = np.where(eta - eta_c > LR_ROUNDING, eta_c, eta)
-    if not np.any(eta_c < eta):
+    if not (eta_c < eta).any():
         return 0.0
     try:
         b = max(surrogate.b(seen_tau_edge(surrogate, tau) or tau),

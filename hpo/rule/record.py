@@ -506,7 +506,7 @@ def trial_points(trial: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0), np.zeros(0)
     steps = np.fromiter(map(int, values), dtype=float, count=n)
     losses = np.fromiter(map(float, values.values()), dtype=float, count=n)
-    if n > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+    if n > 1 and not bool((steps[1:] > steps[:-1]).all()):
         order = np.argsort(steps, kind="stable")
         steps, losses = steps[order], losses[order]
     return steps, losses

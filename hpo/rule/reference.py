@@ -587,9 +587,10 @@ class OnlineReference:
         self._prior_misses: dict[tuple, Any] = {}  # the prior's shape misses (the prior never changes)
         self._refitter = _Refitter() if refit == "background" else None
         self._memo = TrialMemo()
-        # the complete trials' ids at the last ``get`` and their reference curves (a finished trial never
-        # changes, so the same ids give the same curves)
-        self._complete: tuple[tuple[Any, ...], tuple[list[Curve], list[int]]] | None = None
+        # the complete trials' ids at the last ``get``, their reference curves (a finished trial never
+        # changes, so the same ids give the same curves) and the first n of them to complete, by n
+        self._complete: tuple[tuple[Any, ...], tuple[list[Curve], list[int]],
+                              dict[int, tuple[list[Curve], list[int]]]] | None = None
 
     @property
     def prior(self) -> str | None:
@@ -612,16 +613,22 @@ class OnlineReference:
             trials = study.get_trials(deepcopy=False)
         done = optuna.trial.TrialState.COMPLETE
         complete = (defaults, *(getattr(t, "_trial_id", None) for t in trials if t.state == done))
-        if self._complete is not None and self._complete[0] == complete and None not in complete:
-            curves, numbers = self._complete[1]
+        last = self._complete
+        if last is not None and last[0] == complete and None not in complete:
+            curves, numbers = last[1]
+            firsts = last[2]
         else:
             curves, numbers = reference_curves(trials, defaults, self._memo)
-            self._complete = (complete, (curves, numbers))
+            firsts = {}
+            self._complete = (complete, (curves, numbers), firsts)
         n = scheduled_count(len(curves), self.min_trials, self.refit_growth, self.max_trials)
         if self.min_trials <= n < len(curves):  # the first n to complete, kept in trial-number order
-            first = set(completion_order(trials, numbers)[:n])
-            kept = [(c, k) for c, k in zip(curves, numbers) if k in first]
-            curves, numbers = [c for c, _ in kept], [k for _, k in kept]
+            chosen = firsts.get(n)  # finished trials never change: the same set gives the same choice
+            if chosen is None:
+                first = set(completion_order(trials, numbers)[:n])
+                kept = [(c, k) for c, k in zip(curves, numbers) if k in first]
+                chosen = firsts[n] = ([c for c, _ in kept], [k for _, k in kept])
+            curves, numbers = chosen
         if len(curves) < self.min_trials:
             why = (
                 f"online calibration: {len(curves)} completed trial(s), need {self.min_trials} "

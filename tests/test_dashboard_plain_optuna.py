@@ -106,6 +106,22 @@ def test_pruner_keeps_controls_a_trial_set_itself():
     assert a["tau"] == 0.2 and (a["units"], a["total"]) == ("tokens", TOTAL) and a["tpp"] == TPP
 
 
+def test_pruner_reads_tau_none_as_no_weight_decay_beside_a_trial_with_no_control_attrs():
+    """A trial that sets only ``tau`` None (no weight decay) is read without weight decay, also after a trial
+    with no control attr at all was read with the pruner's defaults: the pruner's memo of parsed controls
+    keyed both alike before (every attr's id was None's), and gave the second one the default τ."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner = CollapsePruner(reference=SURROGATE, min_fraction=0.2, total_tokens=TOTAL, tau=TAU, tpp=TPP)
+    study = optuna.create_study(pruner=pruner)
+    for attrs in ({}, {"tau": None}, {"total_tokens": 2 * TOTAL}):
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs=attrs,
+                                                  intermediate_values={100_000: 3.0, 200_000: 2.8}))
+    bare, no_decay, legacy = (view.controls for view in pruner._views_of(study.get_trials(deepcopy=False)))
+    assert bare.tau == TAU and bare.total == TOTAL
+    assert no_decay.tau is None and no_decay.total == TOTAL
+    assert legacy.total == 2 * TOTAL and legacy.tau == TAU
+
+
 def test_figure_takes_the_reference_from_the_decision_logs(plain):
     study = optuna.load_study(study_name="plain", storage=plain["url"])
     assert {e["reference"] for t in study.trials for e in t.user_attrs["collapse_decisions"]} == {"surrogate"}

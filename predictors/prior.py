@@ -167,6 +167,12 @@ def shape_miss(prior: Surrogate, curve: Curve, reach: float) -> float | None:
     return (observed - expected) / math.log(reach / f)
 
 
+#: Shape misses a memo of ``_memoized_miss`` keeps before it is emptied: each key holds a curve's points up
+#: to its reach (~1 KB for 50 reports), one per trial and reach step it was tested at (~3,000 for 200
+#: trials), so a memo stays below ~10 MB.
+MISS_MEMO_SIZE = 10_000
+
+
 def _memoized_miss(
     memo: dict[tuple, float | None], prior: Surrogate, curve: Curve, reach: float
 ) -> float | None:
@@ -179,6 +185,8 @@ def _memoized_miss(
            curve.loss[keep].tobytes())
     if key in memo:
         return memo[key]
+    if len(memo) >= MISS_MEMO_SIZE:
+        memo.clear()
     u = memo[key] = shape_miss(prior, curve, reach)
     return u
 

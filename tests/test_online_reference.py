@@ -287,6 +287,14 @@ def test_a_shape_miss_is_reused_for_a_new_curve_object_with_the_same_points_up_t
     others = [moved, copy(run, n, tau=run.tau * 2), copy(run, n, schedule=type(run.schedule)(kind="cosine"))]
     for k, c in enumerate(others, start=2):
         assert _memoized_miss(memo, prior, c, reach) == shape_miss(prior, c, reach) and len(memo) == k
+    # a full memo is emptied before it takes another key: it never holds more than MISS_MEMO_SIZE
+    import collapse_hpo.predictors.prior as prior_module
+
+    small: dict = {}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(prior_module, "MISS_MEMO_SIZE", 2)
+        for c in [first, *others]:
+            assert _memoized_miss(small, prior, c, reach) == shape_miss(prior, c, reach) and len(small) <= 2
 
 
 # ------------------------------------------------------------------------------- refits never block a result

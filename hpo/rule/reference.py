@@ -69,12 +69,6 @@ from collapse_hpo.predictors.surrogate import Surrogate
 if TYPE_CHECKING:
     import optuna
 
-#: Shape misses an online reference keeps per tested surrogate before it empties its memo: each key holds a
-#: curve's points up to its reach (~1 KB for 50 reports), one per trial and reach step it was tested at
-#: (~3,000 for 200 trials), so the memo stays below ~10 MB.
-MISS_MEMO_SIZE = 10_000
-
-
 class TrialMemo:
     """Each trial's controls and curve, read once per stored version of the trial.
 
@@ -718,7 +712,7 @@ class OnlineReference:
         if not candidates:
             return fit, label
         with self._lock:  # the shape misses of this fit's tests so far: one curve moves on at a time
-            if self._misses is None or self._misses[0] is not fit or len(self._misses[1]) >= MISS_MEMO_SIZE:
+            if self._misses is None or self._misses[0] is not fit:
                 self._misses = (fit, {})
             misses = self._misses[1]
         tested = prior_for_sweep(fit, [curve for _, _, curve in candidates], own=True, memo=misses)
@@ -744,8 +738,6 @@ class OnlineReference:
         with self._lock:
             if self._tested is not None and self._tested[0] == key:
                 return self._tested[1]
-        if len(self._prior_misses) >= MISS_MEMO_SIZE:
-            self._prior_misses.clear()
         tested = prior_for_sweep(prior, [curve for _, _, curve in candidates], memo=self._prior_misses)
         out = (tested.surrogate, _tested_label(f"prior:{name}", tested.tested))
         with self._lock:

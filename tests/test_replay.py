@@ -72,6 +72,10 @@ def test_make_sweep_rejects_bad_input():
     short = curves[0].truncated(0.5)
     with pytest.raises(InputError, match="complete curves"):
         make_sweep([short, curves[1]], source="x.csv")
+    many = parallel_sweep(8)
+    with pytest.raises(InputError, match=r"x.csv: 7 of 8 runs stop before the end: "
+                                         r"'r1' \(ends at t_hat=0.49.*and 2 more; .*remove those runs' rows"):
+        make_sweep([many[0]] + [c.truncated(0.5) for c in many[1:]], source="x.csv")
 
 
 def test_make_sweep_resamples_different_grids():

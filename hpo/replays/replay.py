@@ -131,6 +131,7 @@ def make_sweep(
     if dup:
         raise InputError(f"{source}: run names must be unique, repeated: {sorted(dup)[0]!r}")
     pts: list[tuple[np.ndarray, np.ndarray]] = []
+    short: list[str] = []  # runs that stop before t̂ 0.99 (not diverged): named together below
     for c in curves:
         ok = np.isfinite(c.loss) & np.isfinite(c.t_hat)
         t, y = c.t_hat[ok], c.loss[ok]
@@ -142,11 +143,15 @@ def make_sweep(
             keep = np.concatenate([[True], np.diff(t) > 0])
             t, y = t[keep], y[keep]
         if t[-1] < 0.99:
-            raise InputError(
-                f"{source}: run {c.run!r} ends at t_hat={t[-1]:.3g}; replay needs complete curves "
-                "(t_hat >= 0.99)"
-            )
+            short.append(f"{c.run!r} (ends at t_hat={t[-1]:.3g})")
         pts.append((t, y))
+    if short:
+        shown = ", ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
+        raise InputError(
+            f"{source}: {len(short)} of {len(curves)} runs stop before the end: {shown}; replay needs "
+            "complete curves (t_hat >= 0.99), since a run stopped early has no final loss to rank it by: "
+            "remove those runs' rows (a diverged run, its loss NaN or inf from some point, is kept)"
+        )
     same = all(p[0].shape == pts[0][0].shape and np.allclose(p[0], pts[0][0], atol=1e-9) for p in pts)
     if same and (n_reports is None or n_reports == pts[0][0].size):
         grid = pts[0][0].copy()

@@ -240,3 +240,48 @@ def test_a_huge_misfit_widens_the_interval_without_overflow():
 
     low, high = shown_interval(2.0, 1.0, 4.0, misfit=5_000.0, current_loss=2.5, lowest_loss=2.2)
     assert 0.0 <= low < 1.0 and np.isfinite(high) and high > 4.0
+
+
+def test_the_figure_gives_each_pruned_trials_interval_its_own_column(tmp_path):
+    """Every pruned trial's interval was drawn at t̂ = 1, so the intervals overlapped into one bar."""
+    import matplotlib
+    import optuna
+
+    from collapse_hpo.hpo.outputs.report import plot_curves
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    study = optuna.create_study()
+    good = study.ask()
+    for s in range(100, 1001, 100):
+        good.report(3.0 - s / 1000, s)
+    good.set_user_attr("total_tokens", 1000)
+    study.tell(good, 2.0)
+    for low in (2.2, 2.3, 2.4):
+        cut = study.ask()
+        for s in (100, 200):
+            cut.report(3.5, s)
+        for k, v in {**_attrs(0.8), "predicted_low": low}.items():
+            cut.set_user_attr(k, v)
+        study.tell(cut, state=optuna.trial.TrialState.PRUNED)
+    bars: list[tuple[float, float, float]] = []
+    real_savefig = plt.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        for coll in fig.axes[0].collections:
+            for seg in coll.get_segments():
+                (x0, y0), (x1, y1) = seg[0], seg[-1]
+                if x0 == x1:  # a vertical bar: an interval
+                    bars.append((float(x0), float(min(y0, y1)), float(max(y0, y1))))
+        return real_savefig(fig, *args, **kwargs)
+
+    plt.Figure.savefig = spy
+    try:
+        plot_curves(tmp_path / "curves.png", study)
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert sorted(round(lo, 6) for _x, lo, _hi in bars) == [2.2, 2.3, 2.4]
+    columns = [x for x, _lo, _hi in bars]
+    assert len(set(columns)) == 3 and min(columns) > 1.0

@@ -6,9 +6,10 @@ interrupted sweep alike. Files (written atomically):
 - ``results.csv``: one row per trial (columns `COLUMNS`).
 - ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp; tpp empty
   when not defined, as in a ``total_tokens`` sweep).
-- ``curves.png``: left, the loss curves over t̂ with each pruned trial's predicted final loss and interval at
-  t̂ = 1 and its decision point; right, the normalized curves ℓ = L / L(1) (L(1): the final loss, or the
-  predicted one for a pruned trial) with the reference surrogate's collapsed curve when one is known.
+- ``curves.png``: left, the loss curves over t̂ with each pruned trial's decision point, and its predicted
+  final loss and interval in a column of its own just past t̂ = 1; right, the normalized curves ℓ = L / L(1)
+  (L(1): the final loss, or the predicted one for a pruned trial) with the reference surrogate's
+  collapsed curve when one is known.
 """
 
 from __future__ import annotations
@@ -240,6 +241,12 @@ def _reference_surrogate(study: optuna.Study, reference_path: Path | None) -> An
     return find_reference(study)[0]  # what the pruner or the mirror recorded
 
 
+#: Width in t̂ of each pruned trial's column of the curves figure, right of t̂ = 1: its predicted final loss
+#: and interval; narrower when there are many (all the columns together span at most PREDICTION_AREA).
+PREDICTION_COLUMN = 0.012
+PREDICTION_AREA = 0.2
+
+
 def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_path: Path | None = None,
                 title: str = "") -> None:
     """Write the curves figure (PNG, atomically): raw curves with predictions and decision points, and the
@@ -255,6 +262,12 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
     best = study.best_trial.number if any(t.state.name == "COMPLETE" for t in trials.values()) else None
     surrogate = _reference_surrogate(study, reference_path)
     untrusted = 0  # pruned trials whose curve does not collapse (no L(1) to normalize by)
+    # Each pruned trial's prediction stands in its own column just right of t̂ = 1 (in trial order), so that
+    # the intervals do not overlap into one bar.
+    shown = [c.meta["number"] for c in curves if c.meta["state"] == "PRUNED"
+             and _num(trials[c.meta["number"]].user_attrs.get("predicted_final_loss")) is not None]
+    width = min(PREDICTION_COLUMN, PREDICTION_AREA / max(len(shown), 1))
+    column = {n: 1.0 + width * (k + 1) for k, n in enumerate(shown)}
     for c in curves:
         t = trials[c.meta["number"]]
         state = c.meta["state"]
@@ -267,15 +280,18 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
         frac = _num(a.get("decision_fraction"))
         trusted = collapses(_num(a.get("predicted_misfit")))
         if state == "PRUNED" and pred is not None:
+            x = column[t.number]
             lo, hi = _num(a.get("predicted_low")), _num(a.get("predicted_high"))
             if lo is not None and hi is not None:
-                ax.vlines([1.0], lo, hi, color=color, lw=1.0 if trusted else 2.5, alpha=0.6)
+                ax.vlines([x], lo, hi, color=color, lw=1.0 if trusted else 2.5, alpha=0.6)
+                ax.hlines([lo, hi], x - width / 3, x + width / 3, color=color,
+                          lw=1.0, alpha=0.6)
             if trusted:
-                ax.plot([1.0], [pred], "o", color=color, ms=4, alpha=0.8)
-                ax.plot([c.t_hat[ok][-1], 1.0], [c.loss[ok][-1], pred], ls=":", color=color, lw=0.8)
+                ax.plot([x], [pred], "o", color=color, ms=4, alpha=0.8)
+                ax.plot([c.t_hat[ok][-1], x], [c.loss[ok][-1], pred], ls=":", color=color, lw=0.8)
             else:  # no confident point: an open marker, and the flag next to the widened interval
-                ax.plot([1.0], [pred], "o", mfc="none", color=color, ms=5, alpha=0.8)
-                ax.annotate(NOT_COLLAPSING, (1.0, hi if hi is not None else pred), fontsize=7, color=color,
+                ax.plot([x], [pred], "o", mfc="none", color=color, ms=5, alpha=0.8)
+                ax.annotate(NOT_COLLAPSING, (x, hi if hi is not None else pred), fontsize=7, color=color,
                             xytext=(-4, 2), textcoords="offset points", ha="right")
                 untrusted += 1
         if state == "PRUNED" and frac is not None and ok.any():
@@ -296,12 +312,15 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
 
     legend = [Line2D([], [], color="tab:green", lw=2.2, label="best"),
               Line2D([], [], color="tab:blue", label="complete"),
-              Line2D([], [], color="tab:orange", label="pruned (• predicted final, x decision)"),
+              Line2D([], [], color="tab:orange",
+                     label="pruned (x decision; • predicted final, | interval: a column each past t̂ 1)"),
               Line2D([], [], color="tab:red", label="failed")]
     if untrusted:
         legend.append(Line2D([], [], color="tab:orange", marker="o", mfc="none", lw=2.5,
                              label=f"pruned, {NOT_COLLAPSING} (widened interval; not normalized)"))
     ax.legend(handles=legend, fontsize=8)
+    if shown:
+        ax.set_xlim(right=max(column.values()) + 2 * width)
     ax.set_xlabel("t̂ (tokens seen / total tokens)")
     ax.set_ylabel("training loss")
     ax.set_title(f"{title} loss curves".strip())

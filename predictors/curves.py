@@ -161,7 +161,10 @@ def _header(p: Path, header: list[str]) -> dict[str, int]:
         raise InputError(f"{p}: line 1: column {twice[0]!r} is named twice in the header; keep one")
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
-        raise InputError(f"{p}: line 1: missing column(s) {', '.join(missing)}; required: {_COLS}")
+        may_be_empty = [c for c in missing if c in ("tau", "tpp")]
+        hint = (f" ({' and '.join(may_be_empty)} may be empty: a header with empty values says "
+                "'no weight decay' for tau and 'not defined' for tpp)" if may_be_empty else "")
+        raise InputError(f"{p}: line 1: missing column(s) {', '.join(missing)}; required: {_COLS}{hint}")
     col = {c: names.index(c) for c in REQUIRED_COLUMNS}
     if "params" in names:
         col["params"] = names.index("params")

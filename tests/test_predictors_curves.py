@@ -43,7 +43,8 @@ def test_rows_sorted_extra_columns_ignored_inf_tau_means_no_decay(tmp_path):
 
 
 @pytest.mark.parametrize("text,expect", [
-    ("run,t_hat,loss,lr,tpp\nr,0,1,1,20\n", r"line 1: missing column\(s\) tau"),
+    ("run,t_hat,loss,lr,tpp\nr,0,1,1,20\n", r"line 1: missing column\(s\) tau; .*\(tau may be empty: "),
+    ("run,t_hat,lr,tau,tpp\nr,0,1,1,20\n", r"line 1: missing column\(s\) loss; required: [^(]*$"),
     (HEADER + "r,0.1,abc,1,0.1,20,\n", r"line 2: column 'loss' has 'abc'"),
     (HEADER + "r,0.1,1,1,0.1,20,\nr,x,1,1,0.1,20,\n", r"line 3: column 't_hat' has 'x'"),
     (HEADER + "r,1.5,1,1,0.1,20,\n", r"line 2: column 't_hat' is 1.5"),

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from collapse_hpo.predictors.collapse import smooth as smooth_curve
-from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.curves import Curve, some_runs
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.misfit import MISFIT_QUANTILE
 from collapse_hpo.predictors.predict import predict_final_loss
@@ -1049,6 +1049,18 @@ def lead_bands_of(curves: Sequence[Curve], fractions: Sequence[float], align_sta
     return bands
 
 
+def refuse_diverged(curves: Sequence[Curve]) -> None:
+    """Raise InputError naming the runs of a reference file that diverged (a NaN, inf or huge loss read from
+    the file, even after t̂ 0.99): a reference run must be clean. `collapse-hpo calibrate` and `replay
+    --reference` check their files with it before calibrating."""
+    bad = [f"{c.run!r} (at t_hat={c.diverged_at:.3g})" for c in curves if c.diverged_at is not None]
+    if bad:
+        raise InputError(
+            f"calibrate: {len(bad)} of {len(curves)} reference runs diverged (a NaN, inf or huge loss): "
+            f"{some_runs(bad)}; a reference run must be clean: drop those runs from the file"
+        )
+
+
 def calibrate(
     curves: Sequence[Curve],
     *,
@@ -1102,13 +1114,16 @@ def calibrate(
         raise InputError("calibrate: no curves given")
     if free_m not in (True, False, "auto"):
         raise InputError(f"calibrate: free_m must be true, false or 'auto', got {free_m!r}")
+    unfit = [f"{c.run!r} (diverged at t_hat={c.diverged_at:.3g})" if c.diverged_at is not None
+             else f"{c.run!r} (ends at t_hat={c.last_t_hat:.3g})" for c in curves if not c.complete]
+    if unfit:
+        raise InputError(
+            f"calibrate: {len(unfit)} of {len(curves)} reference runs are not complete: {some_runs(unfit)}; "
+            "reference curves must be complete (a finite loss at t_hat >= 0.99): drop those runs from the "
+            "file"
+        )
     for c in curves:
         ok = np.isfinite(c.loss)
-        if not c.complete:
-            raise InputError(
-                f"calibrate: run {c.run!r} ends at t_hat={c.last_t_hat:.4g}; reference curves must "
-                "be complete (a finite loss at t_hat >= 0.99)"
-            )
         if np.any(c.loss[ok] <= 0):
             raise InputError(f"calibrate: run {c.run!r} has a non-positive loss")
         if np.count_nonzero(ok & (c.t_hat >= fit_start)) < 5:

@@ -142,6 +142,12 @@ class Curve:
         )
 
 
+def some_runs(labels: list[str], most: int = 5) -> str:
+    """``labels`` (one per run) for a message: the first ``most``, then how many more."""
+    shown = ", ".join(labels[:most])
+    return shown + (f" and {len(labels) - most} more" if len(labels) > most else "")
+
+
 def _parse_float(text: str, where: str, column: str, *, allow_empty: bool) -> float | None:
     s = text.strip()
     if s == "":

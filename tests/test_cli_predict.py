@@ -129,3 +129,33 @@ def test_sizes_in_the_csv_give_a_size_trend_and_predict_says_when_it_extrapolate
                  "--fraction", "0.2", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["params"] == 64e6 and row["size_correction"] is not None and "x8 above" in row["extrapolation"]
+
+
+@pytest.mark.parametrize("diverged_at", [0.5, 0.995])
+def test_a_diverged_reference_run_is_refused_alike_by_calibrate_and_replay(files, tmp_path, capsys,
+                                                                           diverged_at):
+    """`collapse-hpo calibrate` refused a diverged reference run; `replay --reference` calibrated on the same
+    file and failed later with another message (or, diverged after t̂ 0.99, used the run)."""
+    d, _ = files
+    lines = (d / "ref.csv").read_text().splitlines()
+    head, rows = lines[0], lines[1:]
+    cols = head.split(",")
+    first = rows[0].split(",")[cols.index("run")]
+    bad = []
+    for row in rows:
+        f = row.split(",")
+        if f[cols.index("run")] == first and float(f[cols.index("t_hat")]) >= diverged_at:
+            f[cols.index("loss")] = "nan"
+        bad.append(",".join(f))
+    ref = tmp_path / "ref_diverged.csv"
+    ref.write_text("\n".join([head, *bad]) + "\n")
+    expect = f"{ref}: 1 of "
+    assert main(["calibrate", str(ref), "-o", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and f"reference runs diverged (a NaN, inf or huge loss): '{first}'" in err
+    assert "drop those runs from the file" in err and not (tmp_path / "s.json").exists()
+    sweep = tmp_path / "sweep.csv"
+    write_curves_csv(sweep, synthetic_curves(taus=(0.1,), tpps=(40.0,), noise=0.001, seed=7, seeds=3))
+    assert main(["replay", str(sweep), "--reference", str(ref), "--pruner", "collapse", "--orders", "1"]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and f"reference runs diverged (a NaN, inf or huge loss): '{first}'" in err

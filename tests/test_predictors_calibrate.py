@@ -100,6 +100,10 @@ def test_bad_reference_sets_raise_input_error():
         calibrate([])
     with pytest.raises(InputError, match="must be complete"):
         calibrate([curves[0].truncated(0.5)])
+    with pytest.raises(InputError, match=r"2 of 2 reference runs are not complete: "
+                                         r"'\S+' \(ends at t_hat=0\.4\d*\), "
+                                         r"'\S+' \(ends at t_hat=0\.6\d*\); .*drop those runs"):
+        calibrate([curves[0].truncated(0.5), curves[1].truncated(0.7)])
     mixed = synthetic_curves(Surrogate(b_c=0.5, b_e=0, q_c=1, q_e=0, tau_law="constant"), taus=(None, 0.1),
                              tpps=(20.0,))
     with pytest.raises(InputError, match="no weight decay"):

@@ -91,7 +91,10 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from collapse_hpo.hpo.rule.decision import lead_summary  # deferred: pulls numpy; --help stays fast
-    from collapse_hpo.predictors.calibrate import calibrate  # deferred: pulls numpy; --help stays fast
+    from collapse_hpo.predictors.calibrate import (  # deferred: pulls numpy; --help stays fast
+        calibrate,
+        refuse_diverged,
+    )
     from collapse_hpo.predictors.curves import read_curves_csv  # deferred: pulls numpy; --help stays fast
 
     _check(args)
@@ -100,12 +103,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{out}: folder {out.parent} does not exist; create it or choose another -o path")
     check_outputs(args.output, what="surrogate")
     curves = read_curves_csv(args.curves, progress=stderr_progress("calibrate"))
-    for c in curves:
-        if c.diverged_at is not None:
-            raise InputError(f"{args.curves}: run {c.run!r} diverged at t_hat={c.diverged_at:g} (a NaN, inf "
-                             "or huge loss); a reference run must be clean: drop it from the file")
-    print_notes("calibrate", curves)
     try:
+        refuse_diverged(curves)  # before the reader's notes: a refusal is one line
+        print_notes("calibrate", curves)
         cal = calibrate(
             curves,
             fit_start=args.fit_start,

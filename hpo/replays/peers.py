@@ -25,8 +25,9 @@ import numpy as np
 from collapse_hpo.hpo.extras import EXTRA_OF, install_hint
 from collapse_hpo.hpo.replays.replay import STEP_SCALE, ReplayPruner, Sweep
 from collapse_hpo.hpo.rule.record import set_trial_controls
-from collapse_hpo.predictors.calibrate import calibrate
+from collapse_hpo.predictors.calibrate import calibrate, refuse_diverged
 from collapse_hpo.predictors.curves import read_curves_csv
+from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.surrogate import Surrogate
 
 PrunerFactory = Callable[[], ReplayPruner]
@@ -428,7 +429,12 @@ def load_surrogate(*, surrogate: str | None = None, reference: str | None = None
     if surrogate:
         return Surrogate.load(surrogate)
     if reference:
-        return calibrate(read_curves_csv(reference)).surrogate
+        curves = read_curves_csv(reference)
+        try:
+            refuse_diverged(curves)
+            return calibrate(curves).surrogate
+        except InputError as err:  # name the file, as `collapse-hpo calibrate` does
+            raise InputError(f"{reference}: {str(err).removeprefix('calibrate: ')}") from None
     return None
 
 

@@ -49,7 +49,7 @@ import numpy as np
 from collapse_hpo.hpo.figures import pyplot, save_png
 from collapse_hpo.hpo.rule.reference import FitCache, fit_caching
 from collapse_hpo.predictors import spreadsheet
-from collapse_hpo.predictors.curves import Curve
+from collapse_hpo.predictors.curves import Curve, some_runs
 from collapse_hpo.predictors.errors import InputError
 from collapse_hpo.predictors.predict import PredictionCache, caching
 
@@ -146,11 +146,10 @@ def make_sweep(
             short.append(f"{c.run!r} (ends at t_hat={t[-1]:.3g})")
         pts.append((t, y))
     if short:
-        shown = ", ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
         raise InputError(
-            f"{source}: {len(short)} of {len(curves)} runs stop before the end: {shown}; replay needs "
-            "complete curves (t_hat >= 0.99), since a run stopped early has no final loss to rank it by: "
-            "remove those runs' rows (a diverged run, its loss NaN or inf from some point, is kept)"
+            f"{source}: {len(short)} of {len(curves)} runs stop before the end: {some_runs(short)}; replay "
+            "needs complete curves (t_hat >= 0.99), since a run stopped early has no final loss to rank it "
+            "by: remove those runs' rows (a diverged run, its loss NaN or inf from some point, is kept)"
         )
     same = all(p[0].shape == pts[0][0].shape and np.allclose(p[0], pts[0][0], atol=1e-9) for p in pts)
     if same and (n_reports is None or n_reports == pts[0][0].size):

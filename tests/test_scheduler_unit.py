@@ -273,3 +273,33 @@ def test_a_judgement_rebuilds_only_the_competitors_that_moved(tmp_path, monkeypa
     before = s._view(s.records["c"])
     s.on_trial_result(None, c, {"loss": loss_at(3.0, 0.6), "t_hat": 0.6})
     assert s._view(s.records["c"]) is not before
+
+
+def test_results_without_the_progress_key_are_said_once_and_the_trial_is_not_called_stopped_at_0(tmp_path):
+    """A trainable written for another scheduler reports ``loss`` (Tune adds ``training_iteration``) but no
+    ``t_hat``: every trial ran to its end, unjudged, without a word, and each was recorded as "stopped by Ray
+    Tune at t_hat=0, before the end of training"."""
+    import warnings
+
+    from collapse_hpo.hpo.rule.judge import CollapseWarning
+
+    s = make(tmp_path / "state.json")
+    trials = [FakeTrial(f"w{k}", {"lr": 0.1 * (k + 1)}) for k in range(2)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for trial in trials:
+            s.on_trial_add(None, trial)
+            for i in range(1, 11):
+                result = {"loss": 3.0 - i / 10, "training_iteration": i}
+                assert s.on_trial_result(None, trial, result) == CONTINUE
+            s.on_trial_complete(None, trial, result)
+    said = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+    assert len(said) == 1, said
+    assert "trial w0's result has no 't_hat' (time_attr)" in said[0]
+    assert "time_attr='training_iteration'" in said[0]
+    assert [w["key"] for w in s.warnings] == ["result_key_missing"]
+    for trial in trials:
+        rec = s.records[trial.trial_id]
+        assert rec.status == "stopped"
+        reason = rec.decision["prune_reason"]
+        assert "never judged" in reason and "'t_hat'" in reason and "t_hat=0" not in reason

@@ -77,13 +77,15 @@ if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
 __all__ = [
-    "PRUNED_KEY", "REASON_KEY", "STATE_FILE", "STATE_FORMAT", "STATE_VERSION", "STATUSES", "T_HAT_STEPS",
-    "CollapseScheduler", "StateNote", "TrialRecord",
+    "MISSING_KEY_WARNING", "PRUNED_KEY", "REASON_KEY", "STATE_FILE", "STATE_FORMAT", "STATE_VERSION",
+    "STATUSES", "T_HAT_STEPS", "CollapseScheduler", "StateNote", "TrialRecord",
 ]
 
 #: Keys this scheduler adds to each trial's last result (``ResultGrid``'s ``Result.metrics``, Tune's table).
 PRUNED_KEY = "collapse_pruned"
 REASON_KEY = "collapse_reason"
+#: The warning key (``JudgeWarning.key``) of results that carry no ``time_attr`` or no metric: said once.
+MISSING_KEY_WARNING = "result_key_missing"
 
 ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -134,7 +136,9 @@ class CollapseScheduler(FIFOScheduler):
             Give ``metric``/``mode`` here or to ``TuneConfig``, not both: Ray Tune refuses both with a
             ValueError ("... the scheduler you are using was already instantiated with their own `metric` and
             `mode` parameters").
-        time_attr: result key of the training progress, in ``units``; default "t_hat".
+        time_attr: result key of the training progress, in ``units``; default "t_hat". A result without it
+            (or without the metric) is not judged, and the first such result is said once (a
+            ``CollapseWarning``): a trainable written for ASHA reports ``training_iteration`` only.
         units: what ``time_attr`` counts: "fraction" (t̂ = tokens seen / total tokens itself; the default
             without a total), "tokens" (tokens seen; the default with a total) or "steps" (optimizer steps).
             t̂ = ``result[time_attr]`` / ``total`` unless it is "fraction".
@@ -367,6 +371,7 @@ class CollapseScheduler(FIFOScheduler):
             return TrialScheduler.STOP  # pruned before a restore: stop the rerun at once
         point = self._point(rec, trial, result)
         if point is None:
+            self._warn_missing_keys(trial, result)
             return TrialScheduler.CONTINUE
         t, y, tokens = point
         if rec.t_hat and t <= rec.t_hat[-1]:
@@ -653,9 +658,36 @@ class CollapseScheduler(FIFOScheduler):
         """The study-level warnings said so far ({key, message, trial}; also in the state file)."""
         return [dict(w) for w in self._state.warnings]
 
+    def _warn_missing_keys(self, trial: Trial, result: Mapping[str, Any]) -> None:
+        """Say once that results lack the progress or the metric key: the rule then judges nothing, and a
+        trainable written for another scheduler (Tune adds ``training_iteration``, not ``t_hat``) would
+        otherwise run every trial to its end without a word."""
+        missing = [f"{k!r} ({what})" for k, what in ((self.time_attr, "time_attr"), (self.loss_key, "metric"))
+                   if k not in result]
+        if not missing or any(w.get("key") == MISSING_KEY_WARNING for w in self._state.warnings):
+            return
+        self._warn((JudgeWarning(
+            MISSING_KEY_WARNING,
+            f"CollapseScheduler: trial {trial.trial_id}'s result has no {' and no '.join(missing)}, so the "
+            f"collapse rule cannot judge it; report {'them' if len(missing) > 1 else 'it'} in every result "
+            "(ray.tune.report; t_hat = tokens seen / total tokens), or name the progress key you do report: "
+            "time_attr='training_iteration', units='steps', total=<iterations per trial> (or "
+            "time_attr='tokens', total_tokens=...)",
+            trial.trial_id,
+        ),))
+        self._commit()
+
     def _finish(self, rec: TrialRecord) -> None:
         if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):
             self._set(rec, durable=True, status="complete", final_loss=rec.loss[-1])
+        elif not rec.t_hat:
+            self._set(rec, durable=True, status="stopped", decision={
+                **(rec.decision or {}),
+                "prune_reason": (
+                    "ended before any result the collapse rule could read (each needs "
+                    f"{self.time_attr!r} and {self.loss_key!r}): never judged"
+                ),
+            })
         else:
             last = f"{rec.t_hat[-1]:.4g}" if rec.t_hat else "0"
             self._set(rec, durable=True, status="stopped", decision={

@@ -271,3 +271,16 @@ def test_the_refit_schedule_reaches_the_online_reference() -> None:
         ref = {"online": True} if written is None else {"online": True, "refit_growth": written}
         pruner = build_pruner(parse_sweep(_with(pruner={"reference": ref})), prune=True)
         assert isinstance(pruner.reference, OnlineReference) and pruner.reference.refit_growth == expected
+
+
+STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.name for p in STUDIES])
+def test_every_sweep_file_in_studies_is_valid_and_plans_its_draws(path: Path) -> None:
+    """The shipped sweep files are what users copy: each must pass the schema as the schema changes, and
+    give as many draws as it says (only the quickstart and stages.yaml are run by other tests)."""
+    sweep = load_sweep(path)
+    draws = plan_draws(sweep)
+    assert sweep.n_draws > 0 and len(draws) == sweep.n_draws
+    assert all(set(d) == set(sweep.space) for d in draws)

@@ -161,3 +161,21 @@ def test_a_missing_study_is_one_line_listing_the_studies_and_writes_nothing(tmp_
     code, _, err = _report(monkeypatch, tmp_path, capsys, "studies/quickstart.yaml", "--storage", url)
     assert code == 2 and "one of them" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no results folder, no new database
+
+
+def test_the_tables_note_drops_the_predicted_loss_and_never_cuts_a_number():
+    """The note cell cut the reason at 60 characters: "the best competitor's 1.852 is 4" (of 4.21%), after
+    repeating the predicted loss the table's own column shows."""
+    from collapse_hpo.hpo.outputs.report import NOTE_WIDTH, format_table, short_note
+
+    reason = ("predicted final loss 1.932; the best competitor's 1.852 is 4.21% ahead (loss ratio at "
+              "t_hat=0.341, equal controls), more than the 4.00% margin: pruned at t_hat=0.606")
+    note = short_note(reason)
+    assert note.startswith("the best competitor's 1.852 is 4.21% ahead") and note.endswith("…")
+    assert len(note) <= NOTE_WIDTH and "1.932" not in note
+    assert short_note("kept: no competitor yet") == "kept: no competitor yet"
+    row = {"number": 0, "state": "PRUNED", "draw": 0, "seed": 0, "lr": 0.025, "batch_tokens": 2048,
+           "weight_decay": 0.4, "tau": 0.18, "tokens_trained": 700_000, "final_loss": None, "error": None,
+           "prune_reason": reason, "predicted_final_loss": 1.932, "predicted_low": 1.71,
+           "predicted_high": 2.24, "predicted_misfit": 0.5, "decision_fraction": 0.606}
+    assert note in format_table([row])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,12 +139,29 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             _fmt(r["weight_decay"], ".3g"), _fmt(r["tau"], ".3g"),
             _tokens(r["tokens_trained"]), _fmt(r["final_loss"], ".4f"),
             *_prediction_cells(r),
-            _fmt(r["decision_fraction"], ".2f"), (str(note or ""))[:60],
+            _fmt(r["decision_fraction"], ".2f"), short_note(str(note or "")),
         ])
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(head)]
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     out += ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in lines]
     return "\n".join(out)
+
+
+#: Characters of the table's "note" cell; results.csv has the whole reason.
+NOTE_WIDTH = 60
+_PREDICTED_LEAD = re.compile(r"^predicted final loss \S+; ")
+
+
+def short_note(text: str, width: int = NOTE_WIDTH) -> str:
+    """A pruned trial's reason (or a failed one's error) for the table's note cell: without the leading
+    "predicted final loss X; " (the table's own columns hold it), cut at a word boundary with "…" when longer
+    than ``width``, so that no number is cut in half."""
+    text = _PREDICTED_LEAD.sub("", text.strip())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;(") + "…"
 
 
 def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:

@@ -689,7 +689,7 @@ class CollapseScheduler(FIFOScheduler):
                 ),
             })
         else:
-            last = f"{rec.t_hat[-1]:.4g}" if rec.t_hat else "0"
+            last = f"{rec.t_hat[-1]:.4g}"
             self._set(rec, durable=True, status="stopped", decision={
                 **(rec.decision or {}),
                 "prune_reason": (

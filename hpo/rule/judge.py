@@ -87,8 +87,8 @@ class JudgeWarning:
     """A study-level warning the judge found at a result (the adapters say it once and record it).
 
     Attributes:
-        key: which condition (``PAST_END_WARNING``, ``UNJUDGEABLE_WARNING``, ``STARTUP_WARNING``); a study
-            is warned once per key.
+        key: which condition (``PAST_END_WARNING``, ``UNJUDGEABLE_WARNING``, ``STARTUP_WARNING``; the Ray
+            scheduler adds ``MISSING_KEY_WARNING``); a study is warned once per key.
         message: one line for the console and the study record.
         trial: the trial it was first seen on (None for a study-wide condition).
     """

@@ -664,7 +664,7 @@ class CollapseScheduler(FIFOScheduler):
         otherwise run every trial to its end without a word."""
         missing = [f"{k!r} ({what})" for k, what in ((self.time_attr, "time_attr"), (self.loss_key, "metric"))
                    if k not in result]
-        if not missing or any(w.get("key") == MISSING_KEY_WARNING for w in self._state.warnings):
+        if not missing:
             return
         self._warn((JudgeWarning(
             MISSING_KEY_WARNING,
@@ -675,7 +675,7 @@ class CollapseScheduler(FIFOScheduler):
             "time_attr='tokens', total_tokens=...)",
             trial.trial_id,
         ),))
-        self._commit()
+        self._commit()  # writes nothing once the warning is recorded (``_warn`` says each key once)
 
     def _finish(self, rec: TrialRecord) -> None:
         if rec.t_hat and rec.t_hat[-1] >= self.complete_fraction and math.isfinite(rec.loss[-1]):

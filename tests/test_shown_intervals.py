@@ -11,8 +11,10 @@ LR sweep's run with a loss spike from t̂ = 0.25 on (it rises by 15% and stays t
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,10 +173,10 @@ def test_every_screen_says_does_not_collapse_instead_of_a_bare_number(misfit):
     assert (NOT_COLLAPSING in out.getvalue()) == flagged
 
 
-def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(tmp_path):
+def _figure_study(pruned: list[dict]) -> Any:
+    """An in-memory study for the curves figure: one trial trained to the end (final loss 2.0) and one pruned
+    trial per entry of ``pruned`` (its user attrs), each with two reports of 3.5."""
     import optuna
-
-    from collapse_hpo.hpo.outputs.report import plot_curves
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study()
@@ -183,32 +185,45 @@ def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(
         good.report(3.0 - s / 1000, s)
     good.set_user_attr("total_tokens", 1000)
     study.tell(good, 2.0)
-    bad = study.ask()
-    for s in (100, 200):
-        bad.report(3.5, s)
-    for k, v in _attrs(3.1).items():
-        bad.set_user_attr(k, v)
-    study.tell(bad, state=optuna.trial.TrialState.PRUNED)
+    for attrs in pruned:
+        cut = study.ask()
+        for s in (100, 200):
+            cut.report(3.5, s)
+        for k, v in attrs.items():
+            cut.set_user_attr(k, v)
+        study.tell(cut, state=optuna.trial.TrialState.PRUNED)
+    return study
+
+
+def _draw(study: Any, path: Path, look: Callable[[Any], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plot_curves`` of ``study`` into ``path``, with ``look`` called on the loss-curve axes just before the
+    figure is saved (what a reader of the PNG sees)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seen: dict[str, list] = {}
+    from collapse_hpo.hpo.outputs.report import plot_curves
+
     real_savefig = plt.Figure.savefig
 
     def spy(fig, *args, **kwargs):
-        ax = fig.axes[0]
+        look(fig.axes[0])
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", spy)
+    plot_curves(path, study)
+
+
+def test_the_figure_draws_no_confident_point_for_a_curve_that_does_not_collapse(tmp_path, monkeypatch):
+    seen: dict[str, Any] = {}
+
+    def look(ax):
         seen["texts"] = [t.get_text() for t in ax.texts]
         seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
         seen["ylim"] = ax.get_ylim()
-        return real_savefig(fig, *args, **kwargs)
 
-    plt.Figure.savefig = spy
-    try:
-        plot_curves(tmp_path / "curves.png", study)
-    finally:
-        plt.Figure.savefig = real_savefig
+    _draw(_figure_study([_attrs(3.1)]), tmp_path / "curves.png", look, monkeypatch)
     assert NOT_COLLAPSING in seen["texts"]
     assert any(NOT_COLLAPSING in t for t in seen["legend"])
     assert seen["ylim"][1] >= 3.6  # the widened interval is on the figure, not clipped
@@ -242,46 +257,19 @@ def test_a_huge_misfit_widens_the_interval_without_overflow():
     assert 0.0 <= low < 1.0 and np.isfinite(high) and high > 4.0
 
 
-def test_the_figure_gives_each_pruned_trials_interval_its_own_column(tmp_path):
+def test_the_figure_gives_each_pruned_trials_interval_its_own_column(tmp_path, monkeypatch):
     """Every pruned trial's interval was drawn at t̂ = 1, so the intervals overlapped into one bar."""
-    import matplotlib
-    import optuna
-
-    from collapse_hpo.hpo.outputs.report import plot_curves
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    study = optuna.create_study()
-    good = study.ask()
-    for s in range(100, 1001, 100):
-        good.report(3.0 - s / 1000, s)
-    good.set_user_attr("total_tokens", 1000)
-    study.tell(good, 2.0)
-    for low in (2.2, 2.3, 2.4):
-        cut = study.ask()
-        for s in (100, 200):
-            cut.report(3.5, s)
-        for k, v in {**_attrs(0.8), "predicted_low": low}.items():
-            cut.set_user_attr(k, v)
-        study.tell(cut, state=optuna.trial.TrialState.PRUNED)
     bars: list[tuple[float, float, float]] = []
-    real_savefig = plt.Figure.savefig
 
-    def spy(fig, *args, **kwargs):
-        for coll in fig.axes[0].collections:
+    def look(ax):
+        for coll in ax.collections:
             for seg in coll.get_segments():
                 (x0, y0), (x1, y1) = seg[0], seg[-1]
                 if x0 == x1:  # a vertical bar: an interval
                     bars.append((float(x0), float(min(y0, y1)), float(max(y0, y1))))
-        return real_savefig(fig, *args, **kwargs)
 
-    plt.Figure.savefig = spy
-    try:
-        plot_curves(tmp_path / "curves.png", study)
-    finally:
-        plt.Figure.savefig = real_savefig
+    study = _figure_study([{**_attrs(0.8), "predicted_low": low} for low in (2.2, 2.3, 2.4)])
+    _draw(study, tmp_path / "curves.png", look, monkeypatch)
     assert sorted(round(lo, 6) for _x, lo, _hi in bars) == [2.2, 2.3, 2.4]
     columns = [x for x, _lo, _hi in bars]
     assert len(set(columns)) == 3 and min(columns) > 1.0

@@ -207,17 +207,18 @@ def test_default_chunk_keeps_logits_near_hidden_size():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "shapes"),
+    ("kwargs", "shapes", "message"),
     [
-        ({"reduction": "none"}, ((4, 8), (10, 8), (4,))),
-        ({}, ((4, 8), (10, 7), (4,))),
-        ({}, ((4, 8), (10, 8), (5,))),
-        ({"chunk_tokens": 0}, ((4, 8), (10, 8), (4,))),
+        ({"reduction": "none"}, ((4, 8), (10, 8), (4,)), "reduction must be"),
+        ({}, ((4, 8), (10, 7), (4,)), "shape mismatch"),
+        ({}, ((4, 8), (10, 8), (5,)), "shape mismatch"),
+        # without its own check a zero chunk still fails (range() with step 0), so the message is what tells
+        ({"chunk_tokens": 0}, ((4, 8), (10, 8), (4,)), "chunk_tokens must be >= 1"),
     ],
 )
-def test_bad_arguments_raise(kwargs, shapes):
+def test_bad_arguments_raise(kwargs, shapes, message):
     (t, d), (v, dw), (n,) = shapes
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         targets = torch.zeros(n, dtype=torch.long)
         fused_linear_cross_entropy(torch.randn(t, d), torch.randn(v, dw), targets, **kwargs)
 

@@ -214,6 +214,9 @@ def test_conformal_pruner_with_defaults_never_calibrates_on_a_small_sweep():
     sw = make_sweep(parallel_sweep(8))
     (s,), _ = replay(sw, [peers.PEERS["conformal"]], orders=2)
     assert s.pruned_rate == 0.0  # 60 calibration trials needed, 8 available
+    # the same peer does prune once its 60 calibration trials have finished (the adapter is not inert)
+    (big,), _ = replay(make_sweep(parallel_sweep(70)), [peers.PEERS["conformal"]], orders=1)
+    assert big.pruned_rate > 0.0 and big.compute < 1.0
 
 
 def test_collapse_pruner_on_a_collapsed_sweep_keeps_the_best():

@@ -185,7 +185,11 @@ def test_bad_mirror_url_fails_in_the_constructor(url, shown, why):
 
 
 def test_good_sqlite_mirror_url_is_accepted(tmp_path):
-    assert make_scheduler(storage=f"sqlite:///{tmp_path / 'tune.db'}", study_name="s").storage
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    scheduler = make_scheduler(storage=url, study_name="s")
+    assert (scheduler.storage, scheduler.study_name) == (url, "s")
+    # the constructor only checks the storage: the mirror's study (and its file) comes with the first result
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_readme_warns_about_metric_and_mode_given_twice(ray_session, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -300,3 +301,48 @@ def test_cli_replay_skips_a_peer_whose_library_is_absent(tmp_path, capsys, monke
     assert rc == 0
     assert "conformal skipped: needs the 'surestop' package" in out.err
     assert "none" in out.out and "conformal" not in out.out
+
+
+def test_cli_replay_with_every_chosen_pruner_skipped_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """Every pruner asked for skipped (collapse without a reference, a peer without its library): one line,
+    exit 2, instead of a process pool of size 0's traceback."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "surestop" else real(name, *a))
+    path = tmp_path / "sweep.csv"
+    write_curves_csv(path, parallel_sweep(4))
+    for pruners in (["collapse"], ["conformal", "collapse"]):
+        argv = ["replay", str(path), "--orders", "2", "--jobs", "2"]
+        assert main(argv + [a for p in pruners for a in ("--pruner", p)]) == 2
+        err = capsys.readouterr().err
+        assert "no pruner left to replay (see the notes above)" in err and "Traceback" not in err
+        assert "collapse skipped: give --surrogate or --reference" in err
+    with pytest.raises(InputError, match="no pruners to replay"):
+        replay(make_sweep(parallel_sweep(4)), [], orders=2, jobs=2)
+
+
+def test_cli_replay_says_a_missing_file_before_any_note_on_the_pruners(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "surestop" else real(name, *a))
+    assert main(["replay", str(tmp_path / "missing.csv"), "--orders", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "no such curve file" in err and "skipped" not in err
+
+
+def test_cli_replay_prints_the_header_before_the_rows_and_no_experimental_warning(tmp_path, capsys):
+    path = tmp_path / "sweep.csv"
+    write_curves_csv(path, parallel_sweep(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna's ExperimentalWarning for PatientPruner would raise here
+        assert main(["replay", str(path), "--pruner", "patient", "--pruner", "patient-tuned", "--orders", "2",
+                     "--jobs", "1"]) == 0
+    out = capsys.readouterr()
+    rows = out.err.splitlines()
+    header = next(i for i, line in enumerate(rows) if line.startswith("pruner ") and "compute" in line)
+    assert rows[header + 1].startswith("patient ") and rows[header + 2].startswith("patient-tuned")
+    assert out.out.splitlines()[0] == rows[header]  # the same header as the table's

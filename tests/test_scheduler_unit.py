@@ -303,3 +303,35 @@ def test_results_without_the_progress_key_are_said_once_and_the_trial_is_not_cal
         assert rec.status == "stopped"
         reason = rec.decision["prune_reason"]
         assert "never judged" in reason and "'t_hat'" in reason and "t_hat=0" not in reason
+
+
+def test_a_second_run_into_the_same_mirror_is_said_once_and_a_restore_is_not(tmp_path, fast):
+    """The same script run twice in one folder: Optuna loads the existing mirror study without a word, and the
+    first run's completed trials join the second's online reference and report. The second run says so,
+    once; the first does not, nor does the first run's scheduler restored from its state (its trials)."""
+    import warnings
+
+    from collapse_hpo.hpo.ray_side.scheduler import MIRROR_SHARED_WARNING
+    from collapse_hpo.hpo.rule.judge import CollapseWarning
+
+    url = f"sqlite:///{fast / 'mirror.db'}"
+
+    def run(state: Path, names: tuple[str, ...], restored_from: bytes | None = None) -> tuple[object, list]:
+        s = cloudpickle.loads(restored_from) if restored_from else make(state, storage=url, study_name="m")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for k, name in enumerate(names):
+                run_trial(s, FakeTrial(name, {"lr": 0.1 * (k + 1)}), 3.0 + 0.1 * k)
+        return s, [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+
+    blank = cloudpickle.dumps(make(tmp_path / "a.json", storage=url, study_name="m"))
+    first, said = run(tmp_path / "a.json", ("a0", "a1"), restored_from=blank)
+    assert not [m for m in said if "already holds" in m] and not first.warnings
+    _, said = run(tmp_path / "a.json", ("a0",), restored_from=blank)  # the same run, restored
+    assert not [m for m in said if "already holds" in m]
+    second, said = run(tmp_path / "b.json", ("b0", "b1"))
+    shared = [m for m in said if "already holds" in m]
+    assert len(shared) == 1, said
+    assert "mirror study 'm' already holds 2 trial(s) of another run" in shared[0]
+    assert "give a new study_name" in shared[0]
+    assert [w["key"] for w in second.warnings] == [MIRROR_SHARED_WARNING]

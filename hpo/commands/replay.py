@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from collapse_hpo.hpo.replays import peers  # deferred: pulls numpy; --help stays fast
     from collapse_hpo.hpo.replays.replay import (  # deferred: pulls numpy; --help stays fast
         LATE_FRACTION,
+        format_header,
         format_table,
         markdown_table,
         plot_compute_regret,
@@ -103,10 +104,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = [n for n in chosen if n not in names]
     if unknown:
         raise InputError(f"replay: unknown pruner {unknown[0]!r}; choose from {', '.join(names)}")
+    sweep = _read_sweep(args)  # a bad file is said before any note on the pruners
     for name, why in peers.unavailable(chosen).items():  # a peer's library is a dev extra, not a dependency
         print(f"replay: {name} skipped: {why}", file=sys.stderr)
         chosen = [n for n in chosen if n != name]
-    sweep = _read_sweep(args)
     surrogate = None
     needs = [n for n in chosen if n in peers.REFERENCE_PRUNERS]
     if needs:
@@ -115,10 +116,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"replay: {', '.join(needs)} skipped: give --surrogate or --reference (a calibration set "
                   "other than the sweep itself); collapse-online needs neither", file=sys.stderr)
             chosen = [n for n in chosen if n not in needs]
+    if not chosen:
+        raise InputError("replay: no pruner left to replay (see the notes above)")
     factories = [peers.factory(n, surrogate=surrogate) for n in chosen]
     print(f"replay {args.curves}: {sweep.n_trials} trials, {_reports(sweep)}, "
-          f"{args.orders} orders, {args.workers} workers, {len(factories)} pruner(s), {jobs} job(s)",
-          file=sys.stderr)
+          f"{args.orders} orders, {args.workers} workers, {len(factories)} pruner(s), {jobs} job(s); each "
+          "pruner's row as its orders finish, then the table:", file=sys.stderr)
+    print(format_header(), file=sys.stderr)
     summaries, _ = replay(sweep, factories, orders=args.orders, workers=args.workers, seed=args.seed,
                           jobs=jobs, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(markdown_table(summaries) if args.markdown else format_table(summaries))

@@ -77,7 +77,8 @@ if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
 __all__ = [
-    "MISSING_KEY_WARNING", "PRUNED_KEY", "REASON_KEY", "STATE_FILE", "STATE_FORMAT", "STATE_VERSION",
+    "MIRROR_SHARED_WARNING", "MISSING_KEY_WARNING", "PRUNED_KEY", "REASON_KEY", "STATE_FILE", "STATE_FORMAT",
+    "STATE_VERSION",
     "STATUSES", "T_HAT_STEPS", "CollapseScheduler", "StateNote", "TrialRecord",
 ]
 
@@ -86,6 +87,8 @@ PRUNED_KEY = "collapse_pruned"
 REASON_KEY = "collapse_reason"
 #: The warning key (``JudgeWarning.key``) of results that carry no ``time_attr`` or no metric: said once.
 MISSING_KEY_WARNING = "result_key_missing"
+#: The warning key of a mirror study that already holds trials of another Tune run (a rerun in one folder).
+MIRROR_SHARED_WARNING = "mirror_holds_other_runs"
 
 ControlsFn = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
@@ -709,7 +712,27 @@ class CollapseScheduler(FIFOScheduler):
                 storage=storage_url(self.storage), study_name=self.study_name, direction="minimize",
                 load_if_exists=True,
             )
+            self._warn_other_runs(self._study)
         return self._study
+
+    def _warn_other_runs(self, study: optuna.study.Study) -> None:
+        """Say once that the mirror already holds trials no record of this scheduler knows (another Tune run:
+        the same script run twice in one folder): Optuna loads the study without a word, and their completed
+        curves then feed this run's online reference and its report."""
+        known = set(self._records)
+        others = [t for t in study.get_trials(deepcopy=False)
+                  if t.user_attrs.get(RAY_TRIAL_ATTR) not in known]
+        if not others:
+            return
+        online = isinstance(self._reference, OnlineReference)
+        feeds = "serve this run's online reference and appear in" if online else "appear in"
+        self._warn((JudgeWarning(
+            MIRROR_SHARED_WARNING,
+            f"CollapseScheduler: the mirror study {self.study_name!r} already holds {len(others)} trial(s) "
+            f"of another run; their completed curves {feeds} its report and dashboard beside this run's; for "
+            "a sweep of its own give a new study_name (or delete that study first)",
+            None,
+        ),))
 
     def _mirror_trial(self, rec: TrialRecord) -> int | None:
         """The mirrored Optuna trial id, created (RUNNING, with params and controls) on first use."""

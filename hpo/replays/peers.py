@@ -258,18 +258,28 @@ def _hyperband_tuned(sweep: Sweep) -> Any:
     return optuna.pruners.HyperbandPruner(min_resource=250, max_resource=STEP_SCALE, reduction_factor=2)
 
 
+def _patient_pruner(wrapped: Any, patience: int) -> Any:
+    """Optuna's PatientPruner around ``wrapped``, without its ExperimentalWarning: a peer replayed as it
+    is, whose warning repeated once per order in replay's table."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.pruners.PatientPruner(wrapped, patience=patience)
+
+
 def _patient(sweep: Sweep) -> Any:
     import optuna
 
-    return optuna.pruners.PatientPruner(optuna.pruners.MedianPruner(), patience=1)
+    return _patient_pruner(optuna.pruners.MedianPruner(), patience=1)
 
 
 def _patient_tuned(sweep: Sweep) -> Any:
     import optuna
 
-    return optuna.pruners.PatientPruner(
-        optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=250), patience=3
-    )
+    return _patient_pruner(optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=250), patience=3)
 
 
 def _conformal(sweep: Sweep) -> Any:

@@ -423,6 +423,8 @@ def replay(
     """
     if jobs < 1:
         raise InputError(f"replay: jobs must be at least 1, got {jobs}")
+    if not pruners:
+        raise InputError("replay: no pruners to replay; give at least one (hpo.replays.peers.factory)")
     perms = random_orders(sweep.n_trials, orders, seed)
     results: dict[int, dict[int, ReplayResult]] = {i: {} for i in range(len(pruners))}
     summaries: dict[int, Summary] = {}
@@ -523,10 +525,14 @@ def format_row(s: Summary) -> str:
 def format_table(summaries: Sequence[Summary]) -> str:
     """An aligned text table: compute (fraction of unpruned tokens), regret (of best final loss), late (the
     share of the unpruned tokens spent on trials pruned after t̂ ``LATE_FRACTION``)."""
+    return "\n".join([format_header(), *(format_row(s) for s in summaries)])
+
+
+def format_header() -> str:
+    """The header line of ``format_table``, aligned with ``format_row``'s columns."""
     widths = [22, 8, 10, 10, 8, 7, 7, 8]
     pairs = enumerate(zip(TABLE_HEADER, widths))
-    head = " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in pairs)
-    return "\n".join([head, *(format_row(s) for s in summaries)])
+    return " ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in pairs)
 
 
 def markdown_table(summaries: Sequence[Summary]) -> str:

@@ -156,8 +156,10 @@ def ray_sweep(rule: str, seed: int, trials: int, eval_every: int | None = None) 
             scheduler = {"none": FIFOScheduler(), "collapse": ns["scheduler"], "asha": asha}[rule]
         tuner = tune.Tuner(
             ns["train_fn"], param_space=ns["space"],
-            tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=trials, max_concurrent_trials=2,
-                                        search_alg=BasicVariantGenerator(random_state=seed)),
+            # 2 at a time: the generator's own limit (Tune ignores max_concurrent_trials beside it)
+            tune_config=tune.TuneConfig(
+                scheduler=scheduler, num_samples=trials,
+                search_alg=BasicVariantGenerator(random_state=seed, max_concurrent=2)),
             run_config=tune.RunConfig(name="bench", storage_path=folder, verbose=0),
         )
         start = time.perf_counter()

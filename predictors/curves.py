@@ -415,6 +415,8 @@ def read_curves_csv(path: str | os.PathLike[str],
     positive lr.
     """
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, not a curve file; give the path of a CSV with columns {_COLS}")
     if not p.is_file():
         raise InputError(f"{p}: no such curve file; give the path of a CSV with columns {_COLS}")
     reader = CurveReader(p)

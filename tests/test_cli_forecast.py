@@ -157,3 +157,42 @@ def test_forecast_files_keep_the_umask_and_a_bad_plot_path_leaves_no_csv(example
     assert len(err) == 1 and "a FIFO" in err[0], err
     assert not (d / "first.csv").exists() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
     fifo.unlink()
+
+
+def test_leaving_out_tau_is_said_in_help_and_in_a_note(example, capsys):
+    """Without --tau (and --lr/--batch-tokens/--weight-decay) the forecast is for no weight decay: --help says
+    so, and the text and JSON carry a note saying what was assumed and how to give τ (it was silent: the same
+    numbers as --tau 0.1, since the README's surrogate has a constant b(τ))."""
+    d, _ = example
+    base = ["forecast", "--surrogate", str(d / "surrogate.json"), "--params", "5e8", "--tokens", "2e10"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "note: no --tau given: forecast for a run without weight decay (as --tau none)" in out
+    assert "b(tau) is a constant" in out and "give the run's tau with --tau" in out
+    assert main([*base, "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["tau"] is None and obj["notes"][0].startswith("no --tau given")
+    for given in (["--tau", "0.1"], ["--tau", "none"]):
+        assert main([*base, *given]) == 0
+        assert "no --tau given" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["forecast", "--help"])
+    assert "With none of these: no weight decay (as --tau none)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_leaving_out_tau_with_a_tau_law_names_tau_or_says_the_limit(example, capsys):
+    """A surrogate whose b(τ) is a power law cannot forecast a run without weight decay: leaving out --tau is
+    refused in one line that says to give it; with ``no_decay_limit`` the note names the limit used."""
+    d, _ = example
+    raw = json.loads((d / "surrogate.json").read_text())
+    power = {**raw, "tau_law": "power", "b_e": -0.5}
+    (d / "power.json").write_text(json.dumps(power))
+    (d / "limit.json").write_text(json.dumps({**power, "no_decay_limit": True}))
+    base = ["--params", "5e8", "--tokens", "2e10", "--csv", str(d / "notau.csv")]
+    assert main(["forecast", "--surrogate", str(d / "power.json"), *base]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no --tau given" in err and "give the run's tau with --tau" in err
+    assert not (d / "notau.csv").exists()
+    assert main(["forecast", "--surrogate", str(d / "limit.json"), *base]) == 0
+    out = capsys.readouterr().out
+    assert "no --tau given: forecast for a run without weight decay" in out and "limit b = 0" in out

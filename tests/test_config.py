@@ -79,6 +79,16 @@ BAD = {
     "heads do not divide width": (_with(model={"width": 15, "depth": 1, "heads": 2}), "model",
                                   "multiple of heads"),
     "grid over floats": (_with(sampler={"name": "grid"}), "space.lr", "grid sampler"),
+    # a misspelled key comes with the required field it was meant to be: the unknown key is named first
+    "misspelled nested key of a required field": (
+        _with(model={"widht": 16, "depth": 1, "heads": 2, "context": 64}), "model.widht",
+        "unknown key; allowed: width, depth, heads"),
+    "misspelled top-level key of a required field": (
+        {**{k: v for k, v in BASE.items() if k != "model"}, "modle": BASE["model"]}, "modle",
+        "unknown key; allowed: name, model"),
+    "reference as a string": (_with(pruner={"reference": "onlne"}), "pruner.reference",
+                              "write it as a mapping: {online: true}, {surrogate: PATH} or {study: NAME, "
+                              "storage: URL}, got 'onlne'; did you mean {online: true}?"),
 }
 
 
@@ -229,6 +239,8 @@ def test_cli_bad_file_exits_2_with_one_line_and_writes_nothing(tmp_path: Path, c
         "sqlite folder missing": (_with(storage=f"sqlite:///{tmp_path}/nope/x.db"), "field 'storage'"),
         "missing surrogate": (_with(pruner={"reference": {"surrogate": "nope.json"}}),
                               "field 'pruner.reference'"),
+        "misspelled model key": (_with(model={"widht": 16, "depth": 1, "heads": 2, "context": 64}),
+                                 "field 'model.widht': unknown key; allowed: width"),
     }
     if command == "report":  # report trains nothing: the pruner's reference is not needed to read results
         del cases["missing surrogate"]

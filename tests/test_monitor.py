@@ -55,3 +55,27 @@ def test_monitor_bad_input_exits_2_without_output(tmp_path, capsys):
                  "--reference-run", "x"]) == 2
     assert main(["monitor", str(tmp_path / "runs.csv"), "--reference", str(tmp_path / "ref.csv"),
                  "--reference-run", "clean", "--threshold", "-1"]) == 2
+
+
+def test_monitor_help_states_every_exit_status(capsys):
+    """The exit statuses (1 on an alarm: a script's `monitor || ...` fires on it) are in `--help`, not only in
+    RELIABILITY.md."""
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["monitor", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("exit status: 0 no alarm; 1 an alarm fired (a run deviated or diverged); 2 bad input" in text
+            and "3 --follow stopped at its --timeout or --idle limit" in text), text
+
+
+def test_a_folder_given_as_the_curve_file_is_named_a_folder(tmp_path, capsys):
+    """`monitor DIR` (or `--reference DIR`) said "no such curve file" of a folder that exists."""
+    ref, _, _ = _curves()
+    write_curves_csv(tmp_path / "ref.csv", [ref])
+    (tmp_path / "adir").mkdir()
+    for argv in ([str(tmp_path / "adir"), "--reference", str(tmp_path / "ref.csv")],
+                 [str(tmp_path / "ref.csv"), "--reference", str(tmp_path / "adir")]):
+        assert main(["monitor", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "adir: is a folder, not a curve file" in err, err

@@ -81,3 +81,23 @@ def test_truncated_curve_and_shape_checks():
     assert tc.t_hat.max() == pytest.approx(0.3) and tc.tau == 0.1 and tc.schedule == c.schedule
     with pytest.raises(InputError):
         Curve("bad", np.zeros(3), np.zeros(4))
+
+
+@pytest.mark.parametrize("command", ["calibrate", "predict", "replay"])
+def test_a_folder_given_as_the_curve_file_is_named_a_folder(tmp_path, capsys, command):
+    """`calibrate adir -o x.json` said "no such curve file" of a folder that exists; every command reads its
+    curve CSV through `read_curves_csv`, so each now says it is a folder (monitor: tests/test_monitor.py)."""
+    from collapse_hpo.hpo.cli import main
+    from collapse_hpo.predictors.synthetic import TRUE_SURROGATE
+
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    with pytest.raises(InputError, match="adir: is a folder, not a curve file; give the path of a CSV"):
+        read_curves_csv(folder)
+    TRUE_SURROGATE.save(tmp_path / "s.json")
+    extra = {"calibrate": ["-o", str(tmp_path / "x.json")],
+             "predict": ["--surrogate", str(tmp_path / "s.json"), "--fraction", "0.5"], "replay": []}[command]
+    assert main([command, str(folder), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "adir: is a folder, not a curve file" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "s.json"]

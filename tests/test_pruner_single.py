@@ -187,6 +187,7 @@ def test_surrogate_file_reference_from_config(surrogate, tmp_path):
         ({"reference": {"online": True, "prior": 2}}, "'prior' must be"),
         ({"reference": 42}, "expected a surrogate JSON path"),
         ({"reference": "/nonexistent/surrogate.json"}, "no such surrogate file"),
+        ({"reference": "onlne"}, "onlne: no such surrogate file; did you mean 'online'"),
     ],
 )
 def test_bad_settings_raise_one_line_input_errors(config, match):
@@ -484,3 +485,18 @@ def test_paired_comparison_is_immune_to_a_reference_miss_the_whole_sweep_shares(
     high, low = run("interval", 0.08), run("interval", -0.08)
     assert high[2]  # the unpaired rule cuts the true best when the reference flatters the competitors
     assert low[1] > clean[1] + 0.05 and not low[2]  # and spends more when it flatters the trial
+
+
+def test_a_misspelled_online_reference_suggests_online(tmp_path, monkeypatch):
+    """`CollapsePruner(reference='onlne')` said only "no such surrogate file"; a string that is not a file and
+    reads as 'online' now suggests it (make_reference, shared by the pruner and CollapseScheduler), a file of
+    that name is still read, and a path far from 'online' gets no such hint."""
+    monkeypatch.chdir(tmp_path)
+    for spec in ("onlne", "Onlin", "'online'", "onilne"):
+        with pytest.raises(InputError, match=f"^{spec}: no such surrogate file; did you mean 'online'"):
+            CollapsePruner(reference=spec)
+    with pytest.raises(InputError) as err:
+        CollapsePruner(reference="surrogate.json")
+    assert "did you mean" not in str(err.value)
+    TRUE_SURROGATE.save(tmp_path / "onlne")
+    assert isinstance(make_reference("onlne"), SurrogateReference)

@@ -193,6 +193,8 @@ def test_bad_settings_and_a_corrupted_state_file(tmp_path):
         CollapseScheduler("online")
     with pytest.raises(InputError, match="no such surrogate file"):
         CollapseScheduler(tmp_path / "missing.json")
+    with pytest.raises(InputError, match="onlne: no such surrogate file; did you mean 'online'"):
+        CollapseScheduler("onlne")
     with pytest.raises(InputError, match="mode must be 'min'"):
         CollapseScheduler(SURROGATE).set_search_properties("loss", "max")
     s = make(tmp_path / "s.json", controls=lambda c: {"lambda": 0.1})

@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tau",
         default=None,
         help="AdamW timescale B/(eta lambda D) as a fraction of training, or 'none' (no weight decay); "
-        "or give --lr, --batch-tokens and --weight-decay instead",
+        "or give --lr, --batch-tokens and --weight-decay instead. With none of these: no weight decay (as "
+        "--tau none), and a note says so",
     )
     parser.add_argument("--lr", type=float, default=None, help="peak LR of the hidden matrices (no --tau)")
     parser.add_argument("--batch-tokens", type=float, default=None, help="tokens per optimizer step")
@@ -73,6 +74,28 @@ def _tau(args: argparse.Namespace) -> float | None:
         raise InputError("--lr, --batch-tokens and --weight-decay go together (tau = B/(eta lambda D))")
     tau = adamw_tau(args.batch_tokens, args.lr, args.weight_decay, args.tokens)
     return None if math.isinf(tau) else tau
+
+
+def _tau_omitted(args: argparse.Namespace) -> bool:
+    """Neither --tau nor any of --lr, --batch-tokens, --weight-decay was given (τ None: no weight decay)."""
+    return all(v is None for v in (args.tau, args.lr, args.batch_tokens, args.weight_decay))
+
+
+def _no_tau_note(surrogate, source: str) -> str:
+    """The note of a forecast whose τ was left out: what was assumed, what it means for this surrogate, and
+    how to give τ. InputError when the surrogate cannot forecast a run without weight decay."""
+    how = "give the run's tau with --tau, or --lr, --batch-tokens and --weight-decay"
+    try:
+        b = surrogate.b(None)
+    except InputError:
+        raise InputError(f"{source}: no --tau given (no weight decay), but this surrogate's b(tau) depends "
+                         f"on tau (calibrated with weight decay); {how}") from None
+    if surrogate.tau_law == "constant":
+        why = ("this surrogate's b(tau) is a constant (calibrated at a single tau or without weight decay), "
+               "so any tau it accepts gives the same forecast")
+    else:
+        why = f"this surrogate serves it with its tau law's limit b = {b:g}"
+    return f"no --tau given: forecast for a run without weight decay (as --tau none); {why}; {how}"
 
 
 def _csv_text(fc) -> str:
@@ -135,10 +158,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--schedule must be one of linear, cosine, wsd, constant, got {args.schedule!r}")
     tau = _tau(args)
     surrogate = Surrogate.load(args.surrogate)
+    # τ left out: say what was assumed (a surrogate without a law is refused for that, by forecast)
+    no_tau = _no_tau_note(surrogate, args.surrogate) if _tau_omitted(args) and surrogate.scaling_law else None
     try:
         fc = forecast(surrogate, args.params, args.tokens, schedule=Schedule(kind=kind), tau=tau)
     except InputError as err:
         raise InputError(f"{args.surrogate}: {err}") from None
+    if no_tau is not None:
+        fc.notes.insert(0, no_tau)
     files = {}
     if args.csv is not None:
         files[Path(args.csv)] = _csv_text(fc).encode()

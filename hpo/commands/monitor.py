@@ -34,8 +34,17 @@ EXIT_STOPPED = 3
 HELP = "check a logged or live run against a reference curve and raise an alarm on deviation from collapse"
 
 
+#: The exit statuses, as `--help` states them (cli.main gives 2 for bad input and 128 + N on signal N).
+EXIT_STATUSES = (
+    "exit status: 0 no alarm; 1 an alarm fired (a run deviated or diverged); 2 bad input (one line on "
+    "stderr, nothing written); 3 --follow stopped at its --timeout or --idle limit before the run(s) ended, "
+    "with no alarm; 130 interrupted (Ctrl-C)"
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `collapse-hpo monitor`."""
+    """Flags of `collapse-hpo monitor`, and its exit statuses in the epilog of `--help`."""
+    parser.epilog = EXIT_STATUSES
     parser.add_argument("curves", help="curve CSV of the run(s) to check (run, t_hat, loss, lr, tau, tpp)")
     parser.add_argument("--run", action="append", default=None, help="check only this run (repeatable)")
     ref = parser.add_mutually_exclusive_group(required=True)

@@ -896,6 +896,13 @@ class _Refitter:
 Reference = SurrogateReference | StudyReference | OnlineReference
 
 
+def near_online(spec: str) -> bool:
+    """``spec`` reads as a misspelling of ``"online"`` ("onlne", "Onlin", "'online'"), not as a file name."""
+    import difflib
+
+    return bool(difflib.get_close_matches(spec.strip().strip("'\"").lower(), ["online"], n=1, cutoff=0.8))
+
+
 def make_reference(spec: Any) -> Reference:
     """A reference from a YAML-style spec.
 
@@ -903,7 +910,8 @@ def make_reference(spec: Any) -> Reference:
     or a mapping with exactly one of ``surrogate: PATH``, ``study: NAME`` (with ``storage: URL`` and optional
     ``min_trials``) or ``online: true`` (with optional ``min_trials``, ``max_trials``, ``prior``, ``refit``,
     ``refit_growth``).
-    Raises InputError naming the field on anything else.
+    Raises InputError naming the field on anything else, and suggests ``"online"`` for a string that is no
+    file and reads as its misspelling ("onlne").
     """
     if isinstance(spec, SurrogateReference | StudyReference | OnlineReference):
         return spec
@@ -912,6 +920,9 @@ def make_reference(spec: Any) -> Reference:
     if isinstance(spec, str) and spec.strip().lower() == "online":
         return OnlineReference()
     if isinstance(spec, str | os.PathLike):
+        if isinstance(spec, str) and not Path(spec).is_file() and near_online(spec):
+            raise InputError(f"{spec}: no such surrogate file; did you mean 'online' (calibrate on the "
+                             "study's own completed trials)? Else make one with `collapse-hpo calibrate`")
         return SurrogateReference(spec)
     if isinstance(spec, Mapping):
         kinds = [k for k in ("surrogate", "study", "online") if k in spec]

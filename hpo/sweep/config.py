@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from collapse_hpo.hpo.rule.decision import PruneSettings, SettingError
 from collapse_hpo.hpo.rule.judge import DEFAULT_JUDGE_EVERY, Judge
+from collapse_hpo.hpo.rule.reference import near_online
 from collapse_hpo.hpo.sweep.urls import (
     REFERENCE_STORAGE_ENV,
     STORAGE_ENV,
@@ -283,6 +284,16 @@ class PrunerSpec(_Strict):
     report_prediction: bool = False
     judge_every: float = DEFAULT_JUDGE_EVERY
     reference: ReferenceSpec = Field(default_factory=lambda: ReferenceSpec(online=True))
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _reference_mapping(cls, v: Any) -> Any:
+        # `reference: online` or `reference: s.json`, as the Python API takes them: say how to write them
+        if isinstance(v, str):
+            hint = "; did you mean {online: true}?" if near_online(v) else ""
+            raise ValueError("write it as a mapping: {online: true}, {surrogate: PATH} or {study: NAME, "
+                             f"storage: URL}}, got {excerpt(v)}{hint}")
+        return v
 
     @model_validator(mode="after")
     def _rule(self) -> PrunerSpec:
@@ -671,7 +682,10 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str] | None:
 
 
 def _format_error(path: str, err: ValidationError) -> str:
-    e = err.errors()[0]
+    errors = err.errors()
+    # A misspelled key comes with the required field it was meant to be ("model.widht" with "model.width":
+    # Field required): name the unknown key first, with the keys allowed there.
+    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
     # pydantic puts union branch names in the location ("float", "literal['optimal']"): drop them.
     clean: list[Any] = []

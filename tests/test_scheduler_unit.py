@@ -309,31 +309,34 @@ def test_results_without_the_progress_key_are_said_once_and_the_trial_is_not_cal
 
 def test_a_second_run_into_the_same_mirror_is_said_once_and_a_restore_is_not(tmp_path, fast):
     """The same script run twice in one folder: Optuna loads the existing mirror study without a word, and the
-    first run's completed trials join the second's online reference and report. The second run says so,
-    once; the first does not, nor does the first run's scheduler restored from its state (its trials)."""
+    first run's completed trials join the second's online reference and report (the state file in that
+    folder keeps the first run's records too). The second run says so, once; the first does not, nor does
+    the first run restored (Tune re-adds its trials before their results come)."""
     import warnings
 
     from collapse_hpo.hpo.ray_side.scheduler import MIRROR_SHARED_WARNING
     from collapse_hpo.hpo.rule.judge import CollapseWarning
 
     url = f"sqlite:///{fast / 'mirror.db'}"
+    blank = cloudpickle.dumps(make(tmp_path / "state.json", storage=url, study_name="m"))
 
-    def run(state: Path, names: tuple[str, ...], restored_from: bytes | None = None) -> tuple[object, list]:
-        s = cloudpickle.loads(restored_from) if restored_from else make(state, storage=url, study_name="m")
+    def run(names: tuple[str, ...], readd: tuple[str, ...] = ()) -> tuple[CollapseScheduler, list[str]]:
+        s = cloudpickle.loads(blank)  # every run in the same folder: the same state file and mirror
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            for name in readd:
+                s.on_trial_add(None, FakeTrial(name, {}))
             for k, name in enumerate(names):
                 run_trial(s, FakeTrial(name, {"lr": 0.1 * (k + 1)}), 3.0 + 0.1 * k)
         return s, [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
 
-    blank = cloudpickle.dumps(make(tmp_path / "a.json", storage=url, study_name="m"))
-    first, said = run(tmp_path / "a.json", ("a0", "a1"), restored_from=blank)
+    first, said = run(("a0", "a1"))
     assert not [m for m in said if "already holds" in m] and not first.warnings
-    _, said = run(tmp_path / "a.json", ("a0",), restored_from=blank)  # the same run, restored
+    _, said = run(("a0",), readd=("a0", "a1"))  # the first run restored: its trials re-added, a0 rerun
     assert not [m for m in said if "already holds" in m]
-    second, said = run(tmp_path / "b.json", ("b0", "b1"))
+    second, said = run(("b0", "b1"))  # run again in the same folder
     shared = [m for m in said if "already holds" in m]
     assert len(shared) == 1, said
-    assert "mirror study 'm' already holds 2 trial(s) of another run" in shared[0]
+    assert "mirror study 'm' already holds 2 trial(s) from earlier runs" in shared[0]
     assert "give a new study_name" in shared[0]
     assert [w["key"] for w in second.warnings] == [MIRROR_SHARED_WARNING]

@@ -716,10 +716,12 @@ class CollapseScheduler(FIFOScheduler):
         return self._study
 
     def _warn_other_runs(self, study: optuna.study.Study) -> None:
-        """Say once that the mirror already holds trials no record of this scheduler knows (another Tune run:
-        the same script run twice in one folder): Optuna loads the study without a word, and their completed
-        curves then feed this run's online reference and its report."""
-        known = set(self._records)
+        """Say once that the mirror already holds trials this session's Tune did not add (another Tune run:
+        the same script run twice in one folder, whose state file also keeps the first run's records):
+        Optuna loads the study without a word, and their completed curves then feed this run's online
+        reference and its report. A restored run re-adds its trials (``on_trial_add``) before their results
+        come."""
+        known = self._active
         others = [t for t in study.get_trials(deepcopy=False)
                   if t.user_attrs.get(RAY_TRIAL_ATTR) not in known]
         if not others:
@@ -729,8 +731,8 @@ class CollapseScheduler(FIFOScheduler):
         self._warn((JudgeWarning(
             MIRROR_SHARED_WARNING,
             f"CollapseScheduler: the mirror study {self.study_name!r} already holds {len(others)} trial(s) "
-            f"of another run; their completed curves {feeds} its report and dashboard beside this run's; for "
-            "a sweep of its own give a new study_name (or delete that study first)",
+            f"from earlier runs; their completed curves {feeds} its report and dashboard beside this run's; "
+            "for a sweep of its own give a new study_name (or delete that study first)",
             None,
         ),))
 

@@ -271,6 +271,11 @@ def test_restore_after_sigkill_makes_the_same_decisions(reference_run, fast_dir,
     assert tune.Tuner.can_restore(str(results / name))
     grid = tune.Tuner.restore(str(results / name), trainable=trainable).fit()  # in this process's Ray
     assert not grid.errors
+    # the restored run re-added its own trials: its mirror's trials are not "from earlier runs"
+    from collapse_hpo.hpo.ray_side.scheduler import MIRROR_SHARED_WARNING, CollapseScheduler
+
+    said = CollapseScheduler.load_warnings(results / name)
+    assert MIRROR_SHARED_WARNING not in [w["key"] for w in said], said
 
     after, ref = outcomes(state), reference_run["outcomes"]
     assert set(after) == set(LRS)

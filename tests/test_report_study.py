@@ -179,3 +179,185 @@ def test_the_tables_note_drops_the_predicted_loss_and_never_cuts_a_number():
            "prune_reason": reason, "predicted_final_loss": 1.932, "predicted_low": 1.71,
            "predicted_high": 2.24, "predicted_misfit": 0.5, "decision_fraction": 0.606}
     assert note in format_table([row])
+
+
+# ------------------------------------------------------------------------------------- units and params
+# A new user ran the README's plain-Optuna example (params lr, weight_decay, warmup; controls in optimizer
+# steps; a validation loss per step) and got a table column "tokens", results.csv with `tokens_trained` and
+# an empty `total_tokens`, empty `weight_decay` and `warmup` columns (λ "-"), and a figure whose axes said
+# "tokens seen / total tokens" and "training loss"; an empty study wrote files and "compute: 0 of 0 tokens".
+
+def _searched_study(url: str, name: str, *, units: str, total: int | None) -> optuna.Study:
+    """A finished plain-Optuna study like the README's example: lr, weight_decay and warmup searched, each
+    trial's controls in ``units`` (``total`` long; "fraction": step = round(t̂ · FRACTION_STEPS))."""
+    from collapse_hpo.hpo.rule.record import FRACTION_STEPS
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=url, study_name=name,
+                                pruner=CollapsePruner(reference=TRUE_SURROGATE, min_fraction=0.2))
+    for k, lr in enumerate(LRS):
+        study.enqueue_trial({"lr": lr, "weight_decay": 0.01 * (k + 1), "warmup": 0.02 * k})
+    length = FRACTION_STEPS if units == "fraction" else total
+
+    def objective(trial: optuna.Trial) -> float:
+        lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        trial.suggest_float("weight_decay", 1e-3, 1.0, log=True)
+        trial.suggest_float("warmup", 0.0, 0.3)
+        set_trial_controls(trial, units=units, total=total, schedule="linear", tau=TAU, tpp=TPP)
+        loss = math.nan
+        for i in range(1, 11):
+            loss = _loss(lr, i / 10)
+            trial.report(loss, step=length * i // 10)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return loss
+
+    study.optimize(objective, n_trials=len(LRS))
+    return study
+
+
+def _axis_labels(monkeypatch) -> list[tuple[str, str]]:
+    """(x label, y label) of the loss-curve axes of every curves figure drawn from now on (not written)."""
+    from collapse_hpo.hpo.outputs import report
+
+    seen: list[tuple[str, str]] = []
+
+    def fake_save(fig, path, *, dpi):
+        seen.append((fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()))
+        report.pyplot().close(fig)
+
+    monkeypatch.setattr(report, "save_png", fake_save)
+    return seen
+
+
+@pytest.mark.parametrize("units, total, heading, x_words", [
+    ("steps", 200, "steps", "optimizer steps / total steps"),
+    ("tokens", 100_000_000, "tokens", "tokens seen / total tokens"),
+    ("fraction", None, "t̂", "fraction of training"),
+])
+def test_report_labels_progress_in_the_units_the_trials_recorded(tmp_path, monkeypatch, capsys, units, total,
+                                                                  heading, x_words):
+    """The table's progress column, results.csv and the figure's x-axis say the study's own units, the total
+    is the controls' ``total``, and a trial counted in tokens keeps `tokens_trained`/`total_tokens`."""
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    study = _searched_study(url, "char-mlp", units=units, total=total)
+    labels = _axis_labels(monkeypatch)
+    code, out, err = _report(monkeypatch, tmp_path, capsys, "--storage", url, "--study", "char-mlp")
+    assert code == 0, err
+    head = out.splitlines()[0].split()
+    assert heading in head and ("tokens" in head) == (units == "tokens"), head
+    rows = _rows(tmp_path / "results" / "char-mlp" / "results.csv")
+    for row, trial in zip(rows, study.trials, strict=True):
+        last = max(trial.intermediate_values)
+        assert row["units"] == units
+        if units == "fraction":  # progress as t̂ itself, not in millionths
+            assert float(row["total"]) == 1 and float(row["trained"]) == pytest.approx(last / 1_000_000)
+        else:
+            assert int(row["total"]) == total and int(row["trained"]) == last
+        tokens = units == "tokens"
+        assert row["total_tokens"] == (str(total) if tokens else "")
+        assert row["tokens_trained"] == (str(last) if tokens else "")
+    assert labels and x_words in labels[0][0] and labels[0][1] == "loss (as reported)", labels
+
+
+def test_report_shows_the_studys_own_searched_params(tmp_path, monkeypatch, capsys):
+    """weight_decay and warmup are the study's own params: results.csv and the table's λ and warmup
+    columns show them."""
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    study = _searched_study(url, "char-mlp", units="steps", total=200)
+    code, out, err = _report(monkeypatch, tmp_path, capsys, "--storage", url)
+    assert code == 0, err
+    rows = _rows(tmp_path / "results" / "char-mlp" / "results.csv")
+    for row, trial in zip(rows, study.trials, strict=True):
+        for name in ("lr", "weight_decay", "warmup"):
+            assert float(row[name]) == pytest.approx(trial.params[name]), name
+    table = out.splitlines()
+    head = table[0].split()
+    assert "λ" in head and "warmup" in head
+    cells = table[1 + study.trials[2].number].split()  # not the best trial: no leading "*"
+    assert cells[head.index("λ")] == "0.03" and cells[head.index("warmup")] == "0.04"
+
+
+def test_results_csv_gives_other_searched_params_a_column_each():
+    """A param without a column of its own gets one, after weight_decay, by its name (``param_`` before a
+    name another column has); the sweep runner's derived λ (a user attr) stays ahead of a param."""
+    from collapse_hpo.hpo.outputs.report import COLUMNS, results_columns
+
+    rows = [{"params": {"lr": 1e-3, "dropout": 0.1, "state": "x"}}, {"params": {"act": "gelu"}}]
+    columns = results_columns(rows)
+    i = list(columns).index("weight_decay")
+    assert list(columns)[i + 1: i + 4] == ["dropout", "param_state", "act"]
+    assert columns["param_state"] == "state" and columns["dropout"] == "dropout" and columns["lr"] is None
+    assert [c for c in columns if columns[c] is None] == list(COLUMNS)
+    assert list(results_columns([{"params": {"lr": 1e-3}}])) == list(COLUMNS)  # the sweep's own: unchanged
+
+
+def _stored_study(trials: list[dict]) -> optuna.Study:
+    """An in-memory study of finished trials made with ``optuna.trial.create_trial`` keywords."""
+    from optuna.distributions import FloatDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    for kw in trials:
+        study.add_trial(optuna.trial.create_trial(
+            params={"lr": 1e-3, "weight_decay": 0.1}, distributions={
+                "lr": FloatDistribution(1e-4, 1e-1), "weight_decay": FloatDistribution(1e-3, 1.0)}, **kw))
+    return study
+
+
+def test_the_sweep_runners_rows_keep_their_tokens_and_derived_lambda(tmp_path, monkeypatch):
+    """A sweep trial (total_tokens and tokens_trained as the runner writes them, λ derived as a user attr)
+    reads as before: tokens, λ from the attr, not the param; a sweep's figure says its training loss."""
+    from collapse_hpo.hpo.outputs.report import compute, format_table, trial_rows, write_report
+
+    study = _stored_study([{"state": optuna.trial.TrialState.COMPLETE, "value": 2.0,
+                            "intermediate_values": {500: 2.5, 1000: 2.0},
+                            "user_attrs": {"total_tokens": 1000, "tokens_trained": 1000, "weight_decay": 0.05,
+                                           "draw": 0, "seed": 0, "batch_tokens": 64}}])
+    (row,) = trial_rows(study)
+    assert (row["units"], row["total"], row["trained"]) == ("tokens", 1000, 1000)
+    assert (row["total_tokens"], row["tokens_trained"], row["weight_decay"]) == (1000, 1000, 0.05)
+    assert compute(study, 1000.0).fraction == 1.0
+    assert format_table([row]).splitlines()[0].split()[8] == "tokens"
+    labels = _axis_labels(monkeypatch)
+    write_report(study, tmp_path, 1000.0)  # as hpo/sweep/finish.py calls it
+    assert labels == [("t̂ (tokens seen / total tokens)", "training loss")]
+
+
+def test_the_pruners_sampler_point_is_no_training_and_mixed_units_say_their_own():
+    """A pruned trial's sampler point (``report_prediction``: the predicted final loss at the last step) is
+    not progress; a study whose trials count differently names each cell's units and counts t̂."""
+    from collapse_hpo.hpo.outputs.report import compute, format_table, study_unpruned, trial_rows
+    from collapse_hpo.hpo.rule.record import SAMPLER_STEP_ATTR
+
+    study = _stored_study([
+        {"state": optuna.trial.TrialState.PRUNED, "intermediate_values": {10: 3.0, 20: 2.8, 100: 2.5},
+         "user_attrs": {"units": "steps", "total": 100, SAMPLER_STEP_ATTR: 100}},
+        {"state": optuna.trial.TrialState.COMPLETE, "value": 2.0,
+         "intermediate_values": {500: 2.1, 1000: 2.0}, "user_attrs": {"units": "tokens", "total": 1000}},
+    ])
+    rows = trial_rows(study)
+    assert [r["trained"] for r in rows] == [20, 1000]
+    unpruned, units = study_unpruned(study)
+    assert (unpruned, units) == (2.0, "mixed units")
+    assert compute(study, unpruned, units).fraction == pytest.approx((0.2 + 1.0) / 2)
+    table = format_table(rows)
+    assert table.splitlines()[0].split()[8] == "trained"
+    assert "20 steps" in table and "1.0K tokens" in table
+
+
+@pytest.mark.parametrize("enqueued", [0, 2])
+def test_a_study_with_no_trials_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, enqueued):
+    """Nothing to report is an input error (exit 2, one line naming the study), as a storage with no study
+    is; before, it printed "compute: 0 of 0 tokens (... 100.0% saved)" and wrote the files."""
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=url, study_name="char-mlp")
+    for k in range(enqueued):
+        study.enqueue_trial({"lr": 1e-3 * (k + 1)})
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, out, err = _report(monkeypatch, tmp_path, capsys, "--storage", url, "--study", "char-mlp")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert "study 'char-mlp' in " in err and "no trials yet" in err
+    assert ("2 enqueued, none started" in err) == bool(enqueued)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no results folder

@@ -105,6 +105,7 @@ def _report_study(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage_for(args.storage)
     study = load_named_study(url, args.study)
+    _check_started(study, args.storage)
     # a study name may hold any character: the default folder keeps letters, digits, '.', '_' and '-'
     folder = re.sub(r"[^A-Za-z0-9._-]+", "_", study.study_name).strip("._") or "study"
     out = Path(args.results) if args.results is not None else Path("results") / folder
@@ -128,6 +129,19 @@ def _report_study(args: argparse.Namespace) -> int:
         print(f"collapse-hpo: error: study {study.study_name!r}: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_started(study, storage: str) -> None:
+    """A study with no trial begun yet (none, or only enqueued WAITING ones) has nothing to report: one
+    InputError line naming it (exit status 2, nothing written), as for a storage that holds no study."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
+    if len(trials) == waiting:
+        queued = f" ({waiting} enqueued, none started)" if waiting else ""
+        raise InputError(f"study {study.study_name!r} in {mask_url(storage)}: no trials yet{queued}, so "
+                         "nothing to report (no files written); run its objective first")
 
 
 def _check_results_folder(results: str | None) -> None:

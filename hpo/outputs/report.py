@@ -3,7 +3,11 @@
 Everything is read from the Optuna study (the storage), so a report works on a finished, a running or an
 interrupted sweep alike. Files (written atomically):
 
-- ``results.csv``: one row per trial (columns `COLUMNS`).
+- ``results.csv``: one row per trial (columns `COLUMNS`, then one per searched parameter of the study that
+  has no column of its own: `results_columns`). Progress is in the units the trial's pruner recorded:
+  ``units`` (tokens, steps or fraction), ``total`` (the training length in them; 1 for a fraction) and
+  ``trained`` (how far the trial got; t̂ for a fraction); ``total_tokens`` and ``tokens_trained`` repeat the
+  two for a trial counted in tokens (the sweep runner's) and stay empty for one counted otherwise.
 - ``curves.csv``: every trial's curve in the predictors CSV format (run, t_hat, loss, lr, tau, tpp; tpp empty
   when not defined, as in a ``total_tokens`` sweep).
 - ``curves.png``: left, the loss curves over t̂ with each pruned trial's decision point, and its predicted
@@ -28,6 +32,7 @@ from collapse_hpo.hpo.outputs.progress import human_tokens
 from collapse_hpo.hpo.rule.record import (
     DECISION_ATTRS,
     ERROR_ATTR,
+    FRACTION_STEPS,
     SAMPLER_STEP_ATTR,
     STUDY_REFERENCE_ATTR,
     TOKENS_TRAINED_ATTR,
@@ -44,8 +49,27 @@ from collapse_hpo.predictors.surrogate import Surrogate
 if TYPE_CHECKING:
     import optuna
 
+#: The hyperparameter columns: a trial's user attr of that name (the sweep runner's derived values), else its
+#: Optuna param of that name (a plain Optuna study searching ``weight_decay`` fills the λ column).
+HYPERPARAMETER_COLUMNS = ("seed", "lr", "batch_tokens", "warmup", "weight_decay", "tau", "tpp")
 COLUMNS = ("number", "state", "draw", "seed", "attempt", "lr", "batch_tokens", "warmup", "weight_decay",
-           "tau", "tpp", "total_tokens", TOKENS_TRAINED_ATTR, "final_loss", *DECISION_ATTRS, ERROR_ATTR)
+           "tau", "tpp", "units", "total", "trained", "total_tokens", TOKENS_TRAINED_ATTR, "final_loss",
+           *DECISION_ATTRS, ERROR_ATTR)
+#: Where the searched parameters without a column of their own go in results.csv: after this column.
+_PARAMS_AFTER = "weight_decay"
+#: The table's heading of the progress column, per unit (a study of mixed units: "trained").
+UNIT_HEADINGS = {"tokens": "tokens", "steps": "steps", "fraction": "t̂"}
+#: The curves figure's x-axis label, per unit of the study.
+UNIT_AXIS_LABELS = {
+    "tokens": "t̂ (tokens seen / total tokens)",
+    "steps": "t̂ (optimizer steps / total steps)",
+    "fraction": "t̂ (fraction of training, as reported)",
+    "mixed units": "t̂ (progress / training length, in each trial's own units)",
+}
+#: The curves figure's y-axis label where the study does not say which loss its trials reported (a plain
+#: Optuna objective may report a validation loss); a sweep's trainer reports its training loss.
+LOSS_LABEL = "loss (as reported)"
+SWEEP_LOSS_LABEL = "training loss"
 
 
 def _num(x: Any) -> float | None:
@@ -62,8 +86,8 @@ def _positive(x: Any) -> float | None:
 
 @dataclass(frozen=True)
 class Compute:
-    """Compute of a sweep in tokens: ``spent`` (all trials, failed attempts included) against ``unpruned``
-    (every planned trial trained to its end)."""
+    """Compute of a sweep in its units (tokens for a sweep file's; `study_unpruned`): ``spent`` (all trials,
+    failed attempts included) against ``unpruned`` (every planned trial trained to its end)."""
 
     spent: float
     unpruned: float
@@ -79,35 +103,86 @@ class Compute:
         return 1.0 - self.fraction
 
 
+def _trial_length(attrs: Any) -> tuple[float | None, str, bool]:
+    """(training length, units, whether the trial recorded its units) of a stored trial: its ``total`` in its
+    ``units`` (`stored_total`), except 1 for units "fraction", whose progress is shown as t̂ itself."""
+    length, units = stored_total(attrs)
+    if units == "fraction" and length is not None:
+        length = 1.0
+    return length, units, length is not None or "units" in attrs
+
+
+def _common_units(units: set[str]) -> str:
+    """The one unit of a study's trials; "tokens" when none recorded one, "mixed units" when they differ."""
+    return next(iter(units)) if len(units) == 1 else "tokens" if not units else "mixed units"
+
+
+def _count(x: Any) -> Any:
+    """A count as an int when it is a whole number (200.0 → 200, for the CSV), else as it is."""
+    v = _num(x)
+    return int(v) if v is not None and v.is_integer() and abs(v) < 2**53 else x
+
+
+def _trained(trial: Any, units: str) -> Any:
+    """How far ``trial`` trained, in ``units`` (t̂ for "fraction"): the sweep trainer's ``tokens_trained`` for
+    a trial counted in tokens, else its last reported step (the pruner's sampler point, which stands at the
+    end of training, left out); None before its first report."""
+    a = trial.user_attrs
+    if units == "tokens" and _num(a.get(TOKENS_TRAINED_ATTR)) is not None:
+        return a[TOKENS_TRAINED_ATTR]
+    steps = [int(s) for s in trial.intermediate_values if s != a.get(SAMPLER_STEP_ATTR)]
+    if not steps:
+        return None
+    return max(steps) / FRACTION_STEPS if units == "fraction" else max(steps)
+
+
+def _hyperparameter(attrs: Any, params: dict[str, Any], name: str) -> Any:
+    """A trial's value of ``name``: its user attr (the sweep runner's derived λ, τ, ...), else its param."""
+    value = attrs.get(name)
+    return params.get(name) if value is None else value
+
+
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One dict per trial (keys `COLUMNS`), by trial number; WAITING trials are left out."""
+    """One dict per trial (keys `COLUMNS`, and ``params``: the trial's Optuna params), by trial number;
+    WAITING trials are left out. Progress (``units``, ``total``, ``trained``) is in the units the trial's
+    pruner recorded; a trial that recorded none (e.g. one that failed before its first judgement) takes the
+    study's."""
     import optuna
 
+    trials = [t for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number)
+              if t.state != optuna.trial.TrialState.WAITING]
+    lengths = {t.number: _trial_length(t.user_attrs) for t in trials}
+    common = _common_units({u for length, u, _ in lengths.values() if length is not None})
     rows = []
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda tr: tr.number):
-        if t.state == optuna.trial.TrialState.WAITING:
-            continue
-        a = t.user_attrs
-        tokens = a.get(TOKENS_TRAINED_ATTR)
-        if tokens is None and t.intermediate_values:
-            tokens = max(int(s) for s in t.intermediate_values)
+    for t in trials:
+        a, params = t.user_attrs, dict(t.params)
+        length, units, recorded = lengths[t.number]
+        if not recorded and common in UNIT_HEADINGS:
+            units = common
+        trained = _trained(t, units)
+        tokens = a.get(TOKENS_TRAINED_ATTR, trained if units == "tokens" else None)
+        total_tokens = a.get("total_tokens", length if units == "tokens" else None)
         row = {
-            "number": t.number, "state": t.state.name, "draw": a.get("draw"), "seed": a.get("seed"),
-            "attempt": a.get("attempt"), "lr": a.get("lr", t.params.get("lr")),
-            "batch_tokens": a.get("batch_tokens", t.params.get("batch_tokens")), "warmup": a.get("warmup"),
-            "weight_decay": a.get("weight_decay"), "tau": a.get("tau"), "tpp": a.get("tpp"),
-            "total_tokens": a.get("total_tokens"), "tokens_trained": tokens,
+            "number": t.number, "state": t.state.name, "draw": a.get("draw"), "attempt": a.get("attempt"),
+            **{k: _hyperparameter(a, params, k) for k in HYPERPARAMETER_COLUMNS},
+            "units": units, "total": _count(length), "trained": _count(trained),
+            "total_tokens": _count(total_tokens), "tokens_trained": _count(tokens),
             "final_loss": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
             **{k: a.get(k) for k in (*DECISION_ATTRS, ERROR_ATTR)},
-            "params": dict(t.params),  # not a CSV column: the best line of a study made outside a sweep
+            "params": params,  # not a CSV column: those without a column get one (results_columns)
         }
         rows.append(row)
     return rows
 
 
-def compute(study: optuna.Study, unpruned: float) -> Compute:
-    """Tokens spent by every trial of the study against ``unpruned`` tokens."""
-    spent = sum(float(r["tokens_trained"] or 0) for r in trial_rows(study))
+def compute(study: optuna.Study, unpruned: float, units: str = "tokens") -> Compute:
+    """Progress trained by every trial of the study against ``unpruned``, both in ``units`` (`study_unpruned`;
+    tokens for a sweep). With "mixed units" each trial counts its share of its own training (t̂)."""
+    rows = trial_rows(study)
+    if units == "mixed units":
+        spent = sum(float(r["trained"] or 0) / float(r["total"]) for r in rows if _positive(r["total"]))
+    else:
+        spent = sum(float(r["trained"] or 0) for r in rows)
     return Compute(spent, float(unpruned))
 
 
@@ -125,19 +200,55 @@ def _fmt(x: Any, spec: str = ".4g") -> str:
     return str(x)
 
 
+#: The params the table's own columns show (seed, lr, batch, λ, τ); each other searched param gets a column.
+TABLE_PARAMS = ("draw", "seed", "lr", "batch_tokens", "weight_decay", "tau")
+
+
+def searched_params(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> list[str]:
+    """The names of the trials' Optuna params (``row["params"]``) that no column in ``shown`` holds, in the
+    order the trials first give them."""
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(k for k in (r.get("params") or {}) if k not in shown))
+    return list(names)
+
+
+def _progress_heading(rows: list[dict[str, Any]]) -> str:
+    """The table's progress heading: the study's units ("tokens", "steps", "t̂"), or "trained" when its
+    trials count in different units (each cell then names its own)."""
+    units = {r.get("units") or "tokens" for r in rows}
+    return UNIT_HEADINGS.get(units.pop(), "trained") if len(units) == 1 else "trained"
+
+
+def _progress_cell(row: dict[str, Any], mixed: bool) -> str:
+    """How far the trial trained, in its units: 1.2M (tokens), 40 (steps), 0.25 (t̂); with the unit named
+    when the table mixes units."""
+    units = row.get("units") or "tokens"
+    x = _num(row.get("trained", row.get(TOKENS_TRAINED_ATTR)))
+    if x is None:
+        return "-"
+    if units == "fraction":
+        return f"t̂ {x:.2f}" if mixed else f"{x:.2f}"
+    return f"{human_tokens(x)} {units}" if mixed else human_tokens(x)
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """The results table as text: one line per trial, the best marked with ``*``."""
+    """The results table as text: one line per trial, the best marked with ``*``; a column per searched
+    param that the table's own columns do not show, and the progress column in the study's units."""
     best = best_row(rows)
-    head = ["", "trial", "state", "draw", "seed", "lr", "batch", "λ", "τ", "tokens", "final", "predicted",
-            "interval", "at t̂", "note"]
+    extra = searched_params(rows, TABLE_PARAMS)
+    progress = _progress_heading(rows)
+    head = ["", "trial", "state", "draw", "seed", "lr", "batch", "λ", *extra, "τ", progress, "final",
+            "predicted", "interval", "at t̂", "note"]
     lines = []
     for r in rows:
         note = r["error"] if r["state"] == "FAIL" else (r["prune_reason"] if r["state"] == "PRUNED" else "")
+        params = r.get("params") or {}
         lines.append([
             "*" if best is not None and r["number"] == best["number"] else "", str(r["number"]), r["state"],
             _fmt(r["draw"]), _fmt(r["seed"]), _fmt(r["lr"], ".3g"), _fmt(r["batch_tokens"]),
-            _fmt(r["weight_decay"], ".3g"), _fmt(r["tau"], ".3g"),
-            _tokens(r["tokens_trained"]), _fmt(r["final_loss"], ".4f"),
+            _fmt(r["weight_decay"], ".3g"), *(_fmt(params.get(k), ".3g") for k in extra),
+            _fmt(r["tau"], ".3g"), _progress_cell(r, progress == "trained"), _fmt(r["final_loss"], ".4f"),
             *_prediction_cells(r),
             _fmt(r["decision_fraction"], ".2f"), short_note(str(note or "")),
         ])
@@ -174,10 +285,6 @@ def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:
     return (f"{pred:.4f}" if collapses(_num(row.get("predicted_misfit"))) else NOT_COLLAPSING), interval
 
 
-def _tokens(x: Any) -> str:
-    return "-" if x is None else human_tokens(float(x))
-
-
 def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "tokens") -> list[str]:
     """The best trial and the compute saved, as printed at the end of a sweep. ``units``: what ``comp``
     counts (a study made outside a sweep may count optimizer steps or fractions of training)."""
@@ -206,24 +313,43 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "token
 def study_unpruned(study: optuna.Study) -> tuple[float, str]:
     """(length of training every trial to its end, its units) for a study made outside a sweep file: the
     sum of the trials' stored training lengths (``total``/``units``, or ``total_tokens``, as the pruner and
-    the Ray scheduler's mirror record them). Units are ``"tokens"``, ``"steps"`` or ``"fraction"``, or
-    ``"mixed units"`` when the trials count differently."""
+    the Ray scheduler's mirror record them). Units are ``"tokens"``, ``"steps"`` or ``"fraction"`` (each
+    trial's length 1: its progress is t̂), or ``"mixed units"`` when the trials count differently (then each
+    trial's length is 1 too, as in `compute`)."""
     import optuna
 
-    total, units = 0.0, set()
+    total, units, counted = 0.0, set(), 0
     for t in study.get_trials(deepcopy=False):
         if t.state == optuna.trial.TrialState.WAITING:
             continue
-        length, unit = stored_total(t.user_attrs)
+        length, unit, _ = _trial_length(t.user_attrs)
         if length is not None:
-            total += length
+            total, counted = total + length, counted + 1
             units.add(unit)
-    return total, (units.pop() if len(units) == 1 else "tokens" if not units else "mixed units")
+    common = _common_units(units)
+    return (float(counted) if common == "mixed units" else total), common
+
+
+def results_columns(rows: list[dict[str, Any]]) -> dict[str, str | None]:
+    """results.csv's columns, each with the param it holds (None: a column of `COLUMNS`): `COLUMNS`, with
+    every searched param that has no column of its own (e.g. a plain Optuna study's ``dropout``) after
+    ``weight_decay``, named as the study names it (``param_`` before a name another column has)."""
+    extra = {(f"param_{name}" if name in COLUMNS else name): name
+             for name in searched_params(rows, HYPERPARAMETER_COLUMNS)}
+    i = COLUMNS.index(_PARAMS_AFTER) + 1
+    return {**dict.fromkeys(COLUMNS[:i]), **extra, **dict.fromkeys(COLUMNS[i:])}
 
 
 def write_results_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
-    """Write the trial rows as CSV (columns `COLUMNS`), atomically."""
-    spreadsheet.write_csv(path, COLUMNS, ({k: ("" if r[k] is None else r[k]) for k in COLUMNS} for r in rows))
+    """Write the trial rows as CSV (columns `results_columns`), atomically."""
+    columns = results_columns(rows)
+
+    def cells(r: dict[str, Any]) -> dict[str, Any]:
+        params = r.get("params") or {}
+        values = {c: (r.get(c) if p is None else params.get(p)) for c, p in columns.items()}
+        return {c: ("" if v is None else v) for c, v in values.items()}
+
+    spreadsheet.write_csv(path, tuple(columns), (cells(r) for r in rows))
 
 
 def trial_curves(study: optuna.Study) -> list[Any]:
@@ -266,12 +392,16 @@ PREDICTION_AREA = 0.2
 
 
 def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_path: Path | None = None,
-                title: str = "") -> None:
+                title: str = "", *, units: str | None = None, loss_label: str = LOSS_LABEL) -> None:
     """Write the curves figure (PNG, atomically): raw curves with predictions and decision points, and the
-    normalized curves with the reference collapsed curve."""
+    normalized curves with the reference collapsed curve. ``units``: what the trials' progress counts (the
+    x-axis says so; None: the study's, `study_unpruned`); ``loss_label``: the y-axis, which loss the trials
+    reported (`LOSS_LABEL` where the study does not say)."""
     import numpy as np
 
     plt = pyplot()
+    if units is None:
+        units = study_unpruned(study)[1]
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     curves = trial_curves(study)
@@ -339,8 +469,8 @@ def plot_curves(path: str | os.PathLike[str], study: optuna.Study, reference_pat
     ax.legend(handles=legend, fontsize=8)
     if shown:
         ax.set_xlim(right=max(column.values()) + 2 * width)
-    ax.set_xlabel("t̂ (tokens seen / total tokens)")
-    ax.set_ylabel("training loss")
+    ax.set_xlabel(UNIT_AXIS_LABELS.get(units, "t̂"))
+    ax.set_ylabel(loss_label)
     ax.set_title(f"{title} loss curves".strip())
     lows = [float(np.nanmin(c.loss[np.isfinite(c.loss)])) for c in curves if np.isfinite(c.loss).any()]
     if lows:
@@ -382,7 +512,8 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     """Write results.csv, curves.csv and curves.png into ``results_dir``; return (table, summary lines).
 
     ``unpruned`` is in ``units`` (`summary_lines`); ``sweep=False`` for a study made outside a sweep file
-    (plain Optuna, Ray Tune's mirror, Hugging Face): no `collapse-hpo resume` hint.
+    (plain Optuna, Ray Tune's mirror, Hugging Face): no `collapse-hpo resume` hint, and the figure's loss is
+    "as reported" (a sweep's trainer reports its training loss; another objective may report any loss).
 
     Without matplotlib (a core install: it comes with the ``dashboard`` extra) the figure is left out and a
     summary line says which extra draws it; the table and the CSV files do not need it."""
@@ -396,8 +527,9 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     if curves:
         write_curves_csv(out / "curves.csv", curves)
         if no_figure is None:
-            plot_curves(out / "curves.png", study, reference_path, title)
-    comp = compute(study, unpruned)
+            plot_curves(out / "curves.png", study, reference_path, title, units=units,
+                        loss_label=SWEEP_LOSS_LABEL if sweep else LOSS_LABEL)
+    comp = compute(study, unpruned, units)
     lines = summary_lines(rows, comp, units)
     import optuna
 

@@ -119,6 +119,22 @@ def test_cuda_device_on_a_machine_without_cuda(tmp_path: Path, capsys: Any) -> N
              "field 'train.device'", "no usable CUDA", capsys)
 
 
+def test_a_gpu_per_trial_on_a_local_ray_without_gpus(tmp_path: Path, capsys: Any) -> None:
+    """`resources: {gpu: 1}` with the local Ray's GPUs left to Ray to count: only a started Ray can tell that
+    none fits. It used to print the sweep's header, create results/ and a study of waiting trials, and then
+    refuse, so the mended file was refused in turn ("study already exists")."""
+    import ray
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    try:
+        _refused(tmp_path, _doc(tmp_path, resources={"cpu": 1, "gpu": 1}), "field 'resources'",
+                 "0.0 GPU; lower the resources per trial", capsys)
+    finally:
+        ray.shutdown()  # the check started a local Ray in this process
+
+
 def test_sqlite_path_that_is_a_folder_or_another_file(tmp_path: Path, capsys: Any) -> None:
     folder = tmp_path / "db"
     folder.mkdir()

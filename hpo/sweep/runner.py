@@ -590,6 +590,23 @@ def _capacity(sweep: SweepConfig) -> int:
     return slots(sweep, float(res.get("CPU", 1.0)), float(res.get("GPU", 0.0)))
 
 
+def cluster_unknown(sweep: SweepConfig) -> bool:
+    """Whether only a running Ray can tell if a trial fits: a cluster at an address, or a local Ray whose GPUs
+    the file does not count (``executor.num_gpus`` unset) for trials that need one. Otherwise preflight's
+    `check_local_resources` has checked it from the file."""
+    return bool(sweep.executor.address) or (sweep.resources.gpu > 0 and sweep.executor.num_gpus is None)
+
+
+def _start_cluster(sweep: SweepConfig, loc: SweepLocation) -> None:
+    """Start (or join) Ray as `launch` does and check that a trial fits, before any file of the sweep is
+    made: a refusal (InputError) then leaves no results folder and no study behind. `launch` finds it
+    started (``ignore_reinit_error``)."""
+    shippable_sweep(sweep)  # password-holding URLs into this process's environment before Ray starts
+    hide_url(loc.storage_url)
+    _init_ray(sweep)
+    _capacity(sweep)
+
+
 def common_error(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> str | None:
     """The error every trial will hit, when trials ``a`` and ``b`` both FAILed raising the same error (type
     and message) that no injected fault explains; else None. A worker killed from outside (no traceback) is
@@ -747,6 +764,9 @@ def run_sweep(sweep: SweepConfig, loc: SweepLocation, *, resume: bool = False, o
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     preflight(sweep, loc.results, loc.storage_url, loc.prune)
+    if cluster_unknown(sweep):
+        with STOP.handling():  # our signal handlers only while Ray starts (launch installs them again)
+            _start_cluster(sweep, loc)
     parent = _sqlite_parent(loc.storage_url)
     default_db = parent is not None and parent == loc.results
     if resume and default_db and not (parent / "study.db").exists():  # type: ignore[operator]

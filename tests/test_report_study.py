@@ -361,3 +361,24 @@ def test_a_study_with_no_trials_is_one_line_and_writes_nothing(tmp_path, monkeyp
     assert "study 'char-mlp' in " in err and "no trials yet" in err
     assert ("2 enqueued, none started" in err) == bool(enqueued)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no results folder
+
+
+def test_an_unfinished_sweep_reports_what_it_spent_so_far_and_no_saving(tmp_path):
+    """A sweep stopped by a signal (a trial interrupted, others not started) printed "88.2% saved": the share
+    it did not train yet is no saving. A finished one still says what it saved."""
+    from collapse_hpo.hpo.outputs.report import write_report
+
+    done = {"state": optuna.trial.TrialState.COMPLETE, "value": 2.0,
+            "intermediate_values": {500: 2.5, 1000: 2.0},
+            "user_attrs": {"total_tokens": 1000, "tokens_trained": 1000, "draw": 0, "seed": 0}}
+    stopped = {"state": optuna.trial.TrialState.FAIL, "intermediate_values": {200: 3.0},
+               "user_attrs": {"total_tokens": 1000, "tokens_trained": 200, "draw": 1, "seed": 0,
+                              "interrupted": True}}
+    _, lines = write_report(_stored_study([done]), tmp_path / "a", 2000.0)
+    assert "compute: 1.0K of 2.0K tokens (50.0% of the unpruned sweep; 50.0% saved)" in lines
+    _, lines = write_report(_stored_study([done, stopped]), tmp_path / "b", 2000.0)
+    compute_line = next(line for line in lines if line.startswith("compute:"))
+    assert "saved)" not in compute_line
+    assert compute_line.endswith("(60.0% of the unpruned sweep so far; not finished, so nothing saved yet)")
+    assert any(line.startswith("the sweep is not finished (0 planned trials not started, 1 interrupted)")
+               for line in lines)

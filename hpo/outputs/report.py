@@ -285,9 +285,12 @@ def _prediction_cells(row: dict[str, Any]) -> tuple[str, str]:
     return (f"{pred:.4f}" if collapses(_num(row.get("predicted_misfit"))) else NOT_COLLAPSING), interval
 
 
-def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "tokens") -> list[str]:
+def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "tokens", *,
+                  finished: bool = True) -> list[str]:
     """The best trial and the compute saved, as printed at the end of a sweep. ``units``: what ``comp``
-    counts (a study made outside a sweep may count optimizer steps or fractions of training)."""
+    counts (a study made outside a sweep may count optimizer steps or fractions of training). A sweep not
+    ``finished`` (stopped, trials still to run) shows what it spent so far and no saving: the share not
+    trained is not saved yet."""
     best = best_row(rows)
     counts = {s: sum(1 for r in rows if r["state"] == s) for s in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
     lines = [", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v) or "no trials"]
@@ -300,7 +303,8 @@ def summary_lines(rows: list[dict[str, Any]], comp: Compute, units: str = "token
         lines.append(f"best: trial {best['number']} {params} final_loss={best['final_loss']:.4f}".replace(
             "  ", " "))
 
-    share = f"{100 * comp.fraction:.1f}% of the unpruned sweep; {100 * comp.saved:.1f}% saved"
+    share = f"{100 * comp.fraction:.1f}% of the unpruned sweep"
+    share += f"; {100 * comp.saved:.1f}% saved" if finished else " so far; not finished, so nothing saved yet"
     if units == "tokens":
         lines.append(f"compute: {human_tokens(comp.spent)} of {human_tokens(comp.unpruned)} tokens ({share})")
     elif units in ("fraction", "mixed units"):  # no common unit to count in: the share only
@@ -529,8 +533,6 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
         if no_figure is None:
             plot_curves(out / "curves.png", study, reference_path, title, units=units,
                         loss_label=SWEEP_LOSS_LABEL if sweep else LOSS_LABEL)
-    comp = compute(study, unpruned, units)
-    lines = summary_lines(rows, comp, units)
     import optuna
 
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
@@ -540,6 +542,9 @@ def write_report(study: optuna.Study, results_dir: str | os.PathLike[str], unpru
     trials = study.get_trials(deepcopy=False)
     live = {slot(t) for t in trials if t.state != optuna.trial.TrialState.FAIL}
     interrupted = len({slot(t) for t in trials if t.user_attrs.get("interrupted")} - live)
+    running = any(r["state"] == "RUNNING" for r in rows)
+    comp = compute(study, unpruned, units)
+    lines = summary_lines(rows, comp, units, finished=not (waiting or interrupted or running))
     if sweep and (waiting or interrupted):
         lines.append(f"the sweep is not finished ({waiting} planned trials not started, {interrupted} "
                      "interrupted): continue it with `collapse-hpo resume`")

@@ -734,3 +734,18 @@ def test_the_rules_mean_is_numpys_to_the_bit():
             for x in (a[:n], a[1 : n + 1], a[::2]):
                 assert _mean(x) == float(np.mean(x))
 
+
+
+def test_a_trial_that_leads_or_has_no_one_to_compare_with_is_told_so_in_its_reason():
+    """Two reasons that read wrong to a user: "the best competitor's 2.955 is 6.78% behind ..., within the
+    4.00% margin: kept" (a lead is not within a margin), and a first trial told "only 0 competitor(s) ... (no
+    competitor could be paired (the surrogate has no pair_bands ...): compared unpaired)" with no competitor
+    at all. Decisions unchanged (studies/bench/decision_dump.py: every field but the reason equal)."""
+    t, y = distorted(3.0, 0.3)
+    ahead = judge_paired(t, y, [rival(3.2, 1.0)])  # the rival, with equal controls, ends 6.5% worse
+    assert not ahead.prune and "% behind (" in ahead.reason, ahead.reason
+    assert "margin" not in ahead.reason and ahead.reason.endswith(": kept at t_hat=0.3"), ahead.reason
+    alone = judge_paired(t, y, [])
+    assert not alone.prune, alone.reason
+    assert "no competitor with a final loss or prediction yet: kept" in alone.reason, alone.reason
+    assert "paired" not in alone.reason and "only 0" not in alone.reason, alone.reason

@@ -646,13 +646,11 @@ def _interval(
     if prediction.low is not None:
         conf = f"at {settings.confidence:.0%}"
     if len(scored) < k:
+        few = (f"only {len(scored)} competitor(s) with a final loss or prediction, keep_top_k={k}" if scored
+               else "no competitor with a final loss or prediction yet")
         return Decision(
             False,
-            _join(
-                f"predicted final loss {pred:.4g} (low {low:.4g} {conf}); only {len(scored)} "
-                f"competitor(s) with a final loss or prediction, keep_top_k={k}: kept",
-                notes,
-            ),
+            _join(f"predicted final loss {pred:.4g} (low {low:.4g} {conf}); {few}: kept", notes),
             fraction,
             prediction,
         )
@@ -1060,11 +1058,14 @@ def _paired(
                 ),
                 fraction,
             )
+        out = skipped | warming | fresh
+        rest = [math.nan if i in out else c for i, c in enumerate(comps)]  # same indices, skipped out
+        if not any(math.isfinite(pessimistic(c)) for c in rest):  # no one to compare with: why, not how
+            said = [waiting[2:]] if waiting else []  # those not compared yet, without the leading "; "
+            return _interval(prediction, rest, settings, fraction, [*notes, *said])
         why = f"no competitor could be paired{waiting}"
         if surrogate is not None and not surrogate.pair_bands:
             why += " (the surrogate has no pair_bands for competitors with other controls)"
-        out = skipped | warming | fresh
-        rest = [math.nan if i in out else c for i, c in enumerate(comps)]  # same indices, skipped out
         return _interval(prediction, rest, settings, fraction, [*notes, f"{why}: compared unpaired"])
     bars.sort()
     k = settings.keep_top_k
@@ -1247,6 +1248,8 @@ def paired_reason(
     head = f"{what} {value:.4g}; {who}'s {theirs:.4g} is {ahead} ({how})"
     if prune:
         return f"{head}, more than the {100 * margin:.2f}% margin: pruned at t_hat={fraction:.3g}"
+    if not lead >= 0:  # this trial leads: no margin to be within
+        return f"{head}: kept at t_hat={fraction:.3g}"
     return f"{head}, within the {100 * margin:.2f}% margin: kept at t_hat={fraction:.3g}"
 
 

@@ -69,3 +69,24 @@ def test_report_with_a_missing_results_folder_creates_nothing(tmp_path: Path,
     assert len(err) == 1 and f"--results {missing}: no such folder" in err[0], captured.err
     assert not (tmp_path / "elsewhere").exists()
     assert _tree(tmp_path) == before  # the study file is untouched too (no dashboard notes published)
+
+
+@pytest.mark.parametrize("command", ["report", "dashboard"])
+def test_no_results_yet_says_where_results_are_looked_for(command: str, tmp_path: Path, monkeypatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user ran the sweep in its own folder and `report` from its parent: "no sweep results in
+    /tmp/results/mini: run `collapse-hpo run` first" named neither the file nor why that folder."""
+    import yaml
+
+    path = tiny_sweep(tmp_path, "elsewhere")
+    doc = yaml.safe_load(path.read_text())
+    del doc["results"]  # the default: results/<name> under the working directory
+    path.write_text(yaml.safe_dump(doc))
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    assert cli.main([command, str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert str(tmp_path / "other" / "results" / "elsewhere") in err and "under the working directory" in err
+    assert f"run `collapse-hpo run {path}` first" in err and "give --results DIR" in err
+    assert list((tmp_path / "other").iterdir()) == []  # nothing made

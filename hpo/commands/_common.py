@@ -30,3 +30,14 @@ def check_outputs(*paths: str | None, what: str = "output") -> None:
     for p in paths:
         if p:
             check_writable_file(p, what)
+
+
+def no_sweep_results(source: Any, results: Any) -> Exception:
+    """The one-line error of `report` and `dashboard` on a sweep file with no results yet in ``results``,
+    saying where results are looked for (they go under the working directory unless the file's ``results:``
+    or ``--results`` says otherwise) and the three ways on."""
+    from collapse_hpo.predictors.errors import InputError
+
+    return InputError(f"{source}: no sweep results in {results} (results/<name> under the working directory, "
+                      f"unless the file's results: or --results says where): run `collapse-hpo run {source}` "
+                      "first, or run this from the folder it ran in, or give --results DIR")

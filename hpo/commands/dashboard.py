@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._common import no_sweep_results
 from collapse_hpo.hpo.commands._study import storage_for, study_names
 from collapse_hpo.hpo.extras import require
 from collapse_hpo.hpo.outputs.dashboard_server import check_host, remote_warning
@@ -82,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
         check_storage(sweep, loc.storage_url, loc.results)
         url = resolve_url(loc.storage_url, f"{sweep.source}: field 'storage'")
         if url.startswith("sqlite") and not _sqlite_file_exists(url):
-            raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run "
-                             f"{sweep.source}` first")
+            raise no_sweep_results(sweep.source, loc.results)
         try:
             if sweep.stages:  # a sweep with stages: both stage studies, stage 2 judged against stage 1
                 studies, references = _stage_studies(sweep, args, url)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from collapse_hpo.hpo.commands._common import no_sweep_results
 from collapse_hpo.hpo.commands._study import load_named_study, storage_for
 from collapse_hpo.hpo.commands.run import add_arguments as _add_arguments
 from collapse_hpo.hpo.sweep.finish import finish
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if sweep.stages:
         return _report_staged(sweep, loc, args)
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
-        raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
+        raise no_sweep_results(sweep.source, loc.results)
     study = open_study(sweep, loc)
     clean_stale_tmp(loc.results)
     return finish(study, sweep, loc)
@@ -76,7 +77,7 @@ def _report_staged(sweep, loc, args: argparse.Namespace) -> int:
     )
 
     if loc.storage_url.startswith("sqlite") and not (loc.results / "study.db").exists() and not sweep.storage:
-        raise InputError(f"{sweep.source}: no sweep results in {loc.results}: run `collapse-hpo run` first")
+        raise no_sweep_results(sweep.source, loc.results)
     locs = stage_locations(sweep, args.results, no_prune=args.no_prune)
     studies = open_stages(sweep, locs)
     clean_stale_tmp(loc.results)

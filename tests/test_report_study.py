@@ -382,3 +382,23 @@ def test_an_unfinished_sweep_reports_what_it_spent_so_far_and_no_saving(tmp_path
     assert compute_line.endswith("(60.0% of the unpruned sweep so far; not finished, so nothing saved yet)")
     assert any(line.startswith("the sweep is not finished (0 planned trials not started, 1 interrupted)")
                for line in lines)
+
+
+def test_a_hugging_face_learning_rate_fills_the_lr_column():
+    """`hyperparameter_search` names the peak LR `learning_rate`: the lr column stayed empty beside a
+    `learning_rate` column of its own."""
+    from optuna.distributions import FloatDistribution
+
+    from collapse_hpo.hpo.outputs.report import format_table, results_columns, trial_rows
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(
+        params={"learning_rate": 3e-4, "dropout": 0.1},
+        distributions={"learning_rate": FloatDistribution(1e-5, 1e-2), "dropout": FloatDistribution(0, 0.5)},
+        state=optuna.trial.TrialState.COMPLETE, value=2.0, intermediate_values={10: 2.5, 20: 2.0},
+        user_attrs={"units": "steps", "total": 20}))
+    rows = trial_rows(study)
+    assert rows[0]["lr"] == 3e-4
+    assert list(results_columns(rows)).count("learning_rate") == 0 and "dropout" in results_columns(rows)
+    head = format_table(rows).splitlines()[0].split()
+    assert "lr" in head and "learning_rate" not in head and "dropout" in head

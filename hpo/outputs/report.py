@@ -136,10 +136,18 @@ def _trained(trial: Any, units: str) -> Any:
     return max(steps) / FRACTION_STEPS if units == "fraction" else max(steps)
 
 
+#: Other names a study may search a column's hyperparameter under (Hugging Face's ``hyperparameter_search``
+#: names the peak LR ``learning_rate``): the column shows it, and it gets no column of its own.
+PARAM_ALIASES = {"lr": ("learning_rate",)}
+
+
 def _hyperparameter(attrs: Any, params: dict[str, Any], name: str) -> Any:
-    """A trial's value of ``name``: its user attr (the sweep runner's derived λ, τ, ...), else its param."""
+    """A trial's value of ``name``: its user attr (the sweep runner's derived λ, τ, ...), else its param of
+    that name or of an alias (`PARAM_ALIASES`)."""
     value = attrs.get(name)
-    return params.get(name) if value is None else value
+    if value is not None:
+        return value
+    return next((params[n] for n in (name, *PARAM_ALIASES.get(name, ())) if n in params), None)
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
@@ -207,9 +215,10 @@ TABLE_PARAMS = ("draw", "seed", "lr", "batch_tokens", "weight_decay", "tau")
 def searched_params(rows: list[dict[str, Any]], shown: tuple[str, ...]) -> list[str]:
     """The names of the trials' Optuna params (``row["params"]``) that no column in ``shown`` holds, in the
     order the trials first give them."""
+    covered = {*shown, *(alias for name in shown for alias in PARAM_ALIASES.get(name, ()))}
     names: dict[str, None] = {}
     for r in rows:
-        names.update(dict.fromkeys(k for k in (r.get("params") or {}) if k not in shown))
+        names.update(dict.fromkeys(k for k in (r.get("params") or {}) if k not in covered))
     return list(names)
 
 

@@ -211,3 +211,26 @@ def test_trial_function_trains_and_records_on_postgresql(tmp_path: Path) -> None
         assert run_trial(config) == "COMPLETE"
     finally:
         optuna.delete_study(study_name=name, storage=storage_url(PG_URL))
+
+
+def test_tokens_an_interrupted_trial_trained_stay_counted_in_progress() -> None:
+    """A stopped sweep's progress line counted down (251.9K → 92.2K → 0) as its running trials were marked
+    FAIL without a token count, and the resumed sweep's progress left them out (80%) where its compute line
+    counted them (92%). What a trial reported stays spent; a resumed run counts its interrupted trials'
+    tokens, not as failures."""
+    from types import SimpleNamespace
+
+    progress = Progress(4000.0, out=io.StringIO())
+    progress.started(0, {})
+    progress.result(0, 500.0)
+    assert progress.spent == 500.0
+    progress.finished(SimpleNamespace(number=0, state=TS.FAIL, value=None,
+                                      user_attrs={"interrupted": True, "error": "interrupted"}))
+    assert progress.spent == 500.0 and progress.counts["FAIL"] == 1
+    resumed = Progress(4000.0, out=io.StringIO())
+    stopped = SimpleNamespace(number=0, state=TS.FAIL, value=None, intermediate_values={250: 3.0, 500: 2.9},
+                              user_attrs={"interrupted": True})
+    counted = SimpleNamespace(number=1, state=TS.FAIL, value=None, intermediate_values={},
+                              user_attrs={"interrupted": True, "tokens_trained": 300})
+    resumed.seed_spent([stopped, counted])
+    assert resumed.spent == 800.0 and resumed.counts["FAIL"] == 0

@@ -27,6 +27,14 @@ def human_tokens(n: float) -> str:
     return f"{n:.0f}"
 
 
+def trained_tokens(trial: Any) -> float:
+    """Tokens a stored trial trained: its ``tokens_trained``, else its last report's step (tokens)."""
+    tokens = trial.user_attrs.get("tokens_trained")
+    if tokens is None and trial.intermediate_values:
+        tokens = max(trial.intermediate_values)
+    return float(tokens or 0)
+
+
 def _fmt_params(params: dict[str, Any]) -> str:
     parts = []
     for k, v in params.items():
@@ -78,6 +86,12 @@ class Progress:
                 if state == "COMPLETE" and t.value is not None:
                     self._update_best(float(t.value), t.number)
 
+    def seed_spent(self, trials: list[Any]) -> None:
+        """Count the tokens of trials an earlier run of this sweep trained and left unfinished (interrupted:
+        rerun, so not counted as failed), as the report's compute line counts them."""
+        for t in trials:
+            self.spent_before += trained_tokens(t)
+
     def _update_best(self, value: float, number: int) -> None:
         if self.best is None or value < self.best[0]:
             self.best = (value, number)
@@ -109,10 +123,11 @@ class Progress:
 
     def finished(self, trial: Any) -> None:
         """A trial ended (an optuna FrozenTrial in its final state)."""
-        self.running.pop(trial.number, None)
+        seen = self.running.pop(trial.number, 0.0)
         state = trial.state.name
         attrs = trial.user_attrs
-        self.finished_tokens += float(attrs.get("tokens_trained", 0) or 0)
+        # a trial stopped with the sweep may carry no count of its own: what it reported was still trained
+        self.finished_tokens += max(float(attrs.get("tokens_trained", 0) or 0), seen)
         if state in self.counts:
             self.counts[state] += 1
         if state == "COMPLETE" and trial.value is not None:

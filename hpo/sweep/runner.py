@@ -715,30 +715,35 @@ def launch(study: optuna.Study, sweep: SweepConfig, loc: SweepLocation, progress
     for number in left:
         storage = store.storage_of(study)
         tid = store.trial_id_by_number(study, number)
-        if storage.get_trial(tid).state != optuna.trial.TrialState.RUNNING:
+        stored = storage.get_trial(tid)
+        if stored.state != optuna.trial.TrialState.RUNNING:
             continue
         pid = searcher.pids.get(number) if searcher is not None else None
         out_of_memory = memory_kill is not None and (pid is None or pid in killed)
+        # what it trained: its last report in storage (a worker's report can be ahead of the driver's view)
+        trained = int(max(progress.running.get(number, 0.0), max(stored.intermediate_values, default=0)))
         try:
             if out_of_memory:
                 store.fail(storage, tid, {
                     "error": f"out of memory: Ray's memory monitor killed the trial's worker ({summary}); "
                              "lower train.micro_batch_tokens or run fewer trials at once",
                     "out_of_memory": True,
-                    "tokens_trained": int(progress.running.get(number, 0.0)),
+                    "tokens_trained": trained,
                 })
             else:
                 store.fail(storage, tid, {
                     "interrupted": True,
                     "error": "interrupted: the sweep was stopped while it ran; `collapse-hpo resume` reruns "
                              "it",
+                    "tokens_trained": trained,
                 })
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
         if out_of_memory:
             progress.finished(storage.get_trial(tid))
-        else:
+        else:  # rerun by `resume`, so not counted as failed; its tokens stay spent
             progress.running.pop(number, None)
+            progress.spent_before += trained
             progress.note(f"trial {number} was running when the sweep stopped: marked FAIL (interrupted)")
     if forced is not None:
         raise forced
@@ -804,9 +809,11 @@ def _run_locked(sweep: SweepConfig, loc: SweepLocation, *, resume: bool, out: An
         study = create_study(sweep, loc, plan, attrs)
     progress = Progress(unpruned_tokens(sweep, study), out=out)
     if resume:
-        progress.seed_from([t for t in study.get_trials(deepcopy=False)
-                            if t.state.is_finished() and not t.user_attrs.get("interrupted")])
+        finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+        progress.seed_from([t for t in finished if not t.user_attrs.get("interrupted")])
+        progress.seed_spent([t for t in finished if t.user_attrs.get("interrupted")])
         stale = fail_stale_trials(study, sweep, progress)
+        progress.seed_spent([t for t in study.get_trials(deepcopy=False) if t.number in stale])
         if stale:
             progress.note(f"trials {stale} were running when the driver stopped: marked FAIL (interrupted)")
         reconcile(study, sweep, progress)

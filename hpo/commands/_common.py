@@ -1,5 +1,5 @@
-"""What the curve commands share: printing the reader's notes and progress, and checking output paths before
-any work."""
+"""What the commands share: printing the reader's notes and progress, checking output paths before
+any work, and the error of a sweep with no results yet."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from collapse_hpo.predictors.atomic import check_writable_file
+from collapse_hpo.predictors.errors import InputError
 
 
 def print_notes(command: str, curves: Iterable[Any]) -> None:
@@ -32,12 +33,10 @@ def check_outputs(*paths: str | None, what: str = "output") -> None:
             check_writable_file(p, what)
 
 
-def no_sweep_results(source: Any, results: Any) -> Exception:
+def no_sweep_results(source: Any, results: Any) -> InputError:
     """The one-line error of `report` and `dashboard` on a sweep file with no results yet in ``results``,
     saying where results are looked for (they go under the working directory unless the file's ``results:``
     or ``--results`` says otherwise) and the three ways on."""
-    from collapse_hpo.predictors.errors import InputError
-
     return InputError(f"{source}: no sweep results in {results} (results/<name> under the working directory, "
                       f"unless the file's results: or --results says where): run `collapse-hpo run {source}` "
                       "first, or run this from the folder it ran in, or give --results DIR")
